@@ -1,0 +1,105 @@
+"""Building IR: the one way ops are created (frontend lowering, derivative rules, passes).
+
+    b = Builder(block, loc)
+    y = b.emit("add", x, b.const(1.0, "f32"))
+    s = b.emit("sum", y, axis=(0,), keepdims=False)
+
+`emit` looks the op up in the registry, fills in default options, infers the result types
+and appends the op at the insertion point. Type errors are `ShapeError`s located at the
+builder's current location.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from ..diagnostics import Loc, ShapeError
+from ..ops import registry
+from .core import Block, Function, Op, Value
+from .types import TensorType
+
+
+class Builder:
+    def __init__(self, block: Block, loc: Loc | None = None, index: int | None = None):
+        self.block = block
+        self.loc = loc
+        self.index = index  # insertion position; None appends
+
+    # -- positioning -------------------------------------------------------------------
+    @contextmanager
+    def at(self, loc: Loc | None):
+        """Temporarily set the location given to new ops (derivative ops use the primal's)."""
+        saved, self.loc = self.loc, loc if loc is not None else self.loc
+        try:
+            yield self
+        finally:
+            self.loc = saved
+
+    @contextmanager
+    def inside(self, block: Block):
+        """Temporarily append to `block` (e.g. a loop body)."""
+        saved = (self.block, self.index)
+        self.block, self.index = block, None
+        try:
+            yield self
+        finally:
+            self.block, self.index = saved
+
+    def insert(self, op: Op) -> Op:
+        if op.loc is None:
+            op.loc = self.loc
+        if self.index is None:
+            self.block.append(op)
+        else:
+            self.block.insert(self.index, op)
+            self.index += 1
+        return op
+
+    # -- registry ops ------------------------------------------------------------------
+    def create(self, name: str, operands, attrs: dict | None = None, names=None) -> Op:
+        """Create and insert a registry op; returns the `Op`."""
+        opdef = registry.get(name)
+        try:
+            attrs = opdef.complete_attrs(dict(attrs or {}))
+            types = opdef.infer([v.type for v in operands], attrs)
+        except ShapeError as e:
+            raise e.with_loc(self.loc)
+        if isinstance(types, TensorType):
+            types = [types]
+        return self.insert(Op(name, operands, types, attrs, loc=self.loc, result_names=names))
+
+    def emit(self, name: str, *operands: Value, **attrs):
+        """Create a registry op; returns its result (or the list of results)."""
+        op = self.create(name, list(operands), attrs)
+        return op.results[0] if len(op.results) == 1 else op.results
+
+    def const(self, value, dtype: str) -> Value:
+        """A scalar constant of `dtype`."""
+        return self.emit("const", value=value, dtype=dtype)
+
+    # -- structural ops ----------------------------------------------------------------
+    def call(self, fn: Function, args: list[Value]) -> list[Value]:
+        op = Op("call", args, fn.result_types, {"callee": fn.name}, loc=self.loc)
+        return self.insert(op).results
+
+    def ret(self, values: list[Value]) -> Op:
+        return self.insert(Op("return", values, [], loc=self.loc))
+
+    def yield_(self, values: list[Value]) -> Op:
+        return self.insert(Op("yield", values, [], loc=self.loc))
+
+    def for_(self, n, body: Block, carry_init: list[Value], xs: list[Value] = (),
+             result_types: list[TensorType] | None = None, reverse: bool = False,
+             result_names=None) -> Op:
+        """A scan loop (see `core`); `body` must already end in ``yield``.
+
+        `result_types` defaults to the carried types followed by the yielded per-iteration
+        outputs stacked along a new leading axis of size `n`.
+        """
+        if result_types is None:
+            ys = body.terminator.operands[len(carry_init):]
+            result_types = [v.type for v in carry_init] + [
+                TensorType(y.type.dtype, (n,) + y.type.shape) for y in ys]
+        op = Op("for", list(carry_init) + list(xs), result_types,
+                {"n": n, "n_carry": len(carry_init), "reverse": reverse},
+                regions=[body], loc=self.loc, result_names=result_names)
+        return self.insert(op)

@@ -1,0 +1,205 @@
+"""The IR: typed SSA values, ops with optional regions, functions and modules.
+
+* A `Value` is defined once: by an op (a result) or by a block (an argument).
+* An `Op` has a name (a key of the op registry, or one of the structural ops ``call``,
+  ``for``, ``yield``, ``return``), operands, attributes (plain Python constants), results,
+  nested regions (a `Block` each) and the source location it came from.
+* A `Block` is a list of ops with arguments; ops in a block may use values of enclosing
+  blocks (implicit capture, as in MLIR's ``scf.for``).
+* A `Function` has a body block whose arguments are its inputs; the last op is ``return``.
+
+Loops are ``for`` ops with scan semantics (JAX's ``lax.scan``)::
+
+    results = for(carry_init..., xs...) {n, n_carry, reverse}
+        ^(i: i64[], carry..., x_slice...): ... yield(new_carry..., y...)
+    results = (final_carry..., stacked_y...)
+
+``xs`` are sliced along axis 0 per iteration and ``y`` are stacked along a new axis 0; with
+``reverse = true`` the index ``i`` runs from ``n-1`` down to 0.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from ..diagnostics import Loc
+from .types import TensorType
+
+_ids = itertools.count()
+
+
+class Value:
+    """An SSA value. `name` is a hint for printing (a TDSL variable name), not an identity."""
+
+    __slots__ = ("type", "name", "owner", "index", "uid")
+
+    def __init__(self, type: TensorType, name: str | None = None, owner=None, index: int = 0):
+        self.type = type
+        self.name = name
+        self.owner = owner  # the defining Op or Block
+        self.index = index  # position among the owner's results / arguments
+        self.uid = next(_ids)
+
+    @property
+    def defining_op(self) -> "Op | None":
+        return self.owner if isinstance(self.owner, Op) else None
+
+    def __repr__(self) -> str:
+        return f"<Value {self.name or ''}#{self.uid}: {self.type}>"
+
+
+class Op:
+    """An operation. Structural identity: ops are compared by object identity."""
+
+    __slots__ = ("name", "operands", "attrs", "results", "regions", "loc", "parent")
+
+    def __init__(self, name: str, operands, result_types, attrs: dict | None = None,
+                 regions: list["Block"] | None = None, loc: Loc | None = None,
+                 result_names=None):
+        self.name = name
+        self.operands: list[Value] = list(operands)
+        self.attrs: dict[str, Any] = dict(attrs or {})
+        names = list(result_names or [None] * len(result_types))
+        self.results = [Value(t, n, self, k) for k, (t, n) in enumerate(zip(result_types, names))]
+        self.regions: list[Block] = list(regions or [])
+        for r in self.regions:
+            r.parent = self
+        self.loc = loc
+        self.parent: Block | None = None
+
+    @property
+    def result(self) -> Value:
+        assert len(self.results) == 1, f"{self.name} has {len(self.results)} results"
+        return self.results[0]
+
+    def walk(self) -> Iterator["Op"]:
+        """This op, then every op nested in its regions, in order."""
+        yield self
+        for r in self.regions:
+            yield from r.walk()
+
+    def __repr__(self) -> str:
+        return f"<Op {self.name} {self.attrs}>"
+
+
+class Block:
+    """A sequence of ops with block arguments (a region with a single block)."""
+
+    def __init__(self, arg_types=(), arg_names=None):
+        names = list(arg_names or [None] * len(arg_types))
+        self.args = [Value(t, n, self, k) for k, (t, n) in enumerate(zip(arg_types, names))]
+        self.ops: list[Op] = []
+        self.parent: Op | None = None
+
+    def add_arg(self, type: TensorType, name: str | None = None) -> Value:
+        v = Value(type, name, self, len(self.args))
+        self.args.append(v)
+        return v
+
+    def append(self, op: Op) -> Op:
+        op.parent = self
+        self.ops.append(op)
+        return op
+
+    def insert(self, index: int, op: Op) -> Op:
+        op.parent = self
+        self.ops.insert(index, op)
+        return op
+
+    @property
+    def terminator(self) -> Op | None:
+        return self.ops[-1] if self.ops and self.ops[-1].name in ("return", "yield") else None
+
+    def walk(self) -> Iterator[Op]:
+        for op in self.ops:
+            yield from op.walk()
+
+
+@dataclass
+class Function:
+    """A function: `body.args` are its inputs, the body ends in ``return``.
+
+    `params` names the inputs that reverse mode differentiates by default (TDSL ``param``).
+    `attrs` holds e.g. ``grad_of``/``tangent_of`` for custom-derivative rule functions.
+    """
+
+    name: str
+    body: Block
+    result_types: list[TensorType]
+    params: set[str] = field(default_factory=set)
+    attrs: dict[str, Any] = field(default_factory=dict)
+    loc: Loc | None = None
+
+    @property
+    def args(self) -> list[Value]:
+        return self.body.args
+
+    @property
+    def arg_names(self) -> list[str]:
+        return [a.name for a in self.body.args]
+
+    def arg(self, name: str) -> Value:
+        for a in self.body.args:
+            if a.name == name:
+                return a
+        raise KeyError(name)
+
+    def walk(self) -> Iterator[Op]:
+        return self.body.walk()
+
+    @property
+    def returned(self) -> list[Value]:
+        return list(self.body.ops[-1].operands)
+
+
+@dataclass
+class Module:
+    """An ordered collection of functions.
+
+    Custom derivative rules are functions too, linked by ``attrs["grad_of"]`` /
+    ``attrs["tangent_of"]`` to the function they differentiate.
+    """
+
+    functions: dict[str, Function] = field(default_factory=dict)
+
+    def add(self, fn: Function) -> Function:
+        self.functions[fn.name] = fn
+        return fn
+
+    def __getitem__(self, name: str) -> Function:
+        return self.functions[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.functions
+
+    def rule_for(self, fn_name: str, kind: str) -> Function | None:
+        """The ``grad`` or ``tangent`` rule function for `fn_name`, if the module has one."""
+        for f in self.functions.values():
+            if f.attrs.get(f"{kind}_of") == fn_name:
+                return f
+        return None
+
+    @property
+    def main(self) -> Function:
+        """The default function to run: the last ordinary (non-rule) function."""
+        plain = [f for f in self.functions.values()
+                 if "grad_of" not in f.attrs and "tangent_of" not in f.attrs]
+        return plain[-1]
+
+
+def uses(block: Block) -> dict[Value, list[Op]]:
+    """Every value used in `block` (nested regions included) mapped to the ops using it."""
+    table: dict[Value, list[Op]] = {}
+    for op in block.walk():
+        for v in op.operands:
+            table.setdefault(v, []).append(op)
+    return table
+
+
+def replace_all_uses(block: Block, mapping: dict[Value, Value]) -> None:
+    """Rewrite operands throughout `block` (nested regions included) through `mapping`."""
+    if not mapping:
+        return
+    for op in block.walk():
+        op.operands = [mapping.get(v, v) for v in op.operands]

@@ -1,0 +1,2 @@
+"""Linear algebra: matmul (`@`), transpose, einsum."""
+from __future__ import annotations

@@ -1,0 +1,123 @@
+"""The op registry: every op declared once with its options, type rule, traits and rules.
+
+An `OpDef` is the single place that knows an op. Passes ask the registry (``get(name)``)
+instead of matching op names:
+
+* `infer(types, attrs)` returns the result types (a `TensorType` or a list) or raises
+  `ShapeError` with a message; the builder attaches the op's source location.
+* `vjp(b, op, cts)` receives a `Builder`, the primal op and one cotangent per result (``None``
+  is a symbolic zero) and returns one cotangent per operand (``None`` for none). A returned
+  cotangent may have the op's broadcast shape: the reverse driver sums it back to the
+  operand's shape, so rules never unbroadcast.
+* `jvp(b, op, tangents)` receives one tangent per operand (``None`` is a symbolic zero) and
+  returns one tangent per result. (Filled in by forward mode.)
+
+Traits: ``elementwise`` (result broadcasts its operands), ``linear`` (in its float operands),
+``no_grad`` (derivative zero or undefined: comparisons, rounding, integer ops),
+``commutative``, ``reduction``, ``constructor`` (no tensor operands), ``impure`` (never
+removed or merged; no op is impure today).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..diagnostics import ShapeError
+
+REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class Option:
+    """A keyword option of an op. `kind` says what constant it takes:
+
+    ``int``, ``float``, ``bool``, ``str``, ``dtype``, ``axes`` (int, list of ints or None),
+    ``ints`` (list of ints), ``shape`` (list of dims; ints or symbolic names), ``dim``
+    (one dimension), ``number`` (int or float).
+    """
+
+    name: str
+    kind: str
+    default: Any = REQUIRED
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    infer: Callable
+    operands: tuple[str, ...] = ("x",)   # operand names; ``*`` before a name: a list operand
+    options: tuple[Option, ...] = ()
+    traits: frozenset = field(default_factory=frozenset)
+    vjp: Callable | None = None
+    jvp: Callable | None = None
+    doc: str = ""
+    positional: tuple[str, ...] | None = None  # TDSL positional order, if not operands+options
+
+    @property
+    def signature(self) -> tuple[str, ...]:
+        """The order in which TDSL positional arguments fill operands and options."""
+        return self.positional or self.operands + tuple(o.name for o in self.options)
+
+    @property
+    def variadic(self) -> bool:
+        return any(o.startswith("*") for o in self.operands)
+
+    def has(self, trait: str) -> bool:
+        return trait in self.traits
+
+    def option(self, name: str) -> Option | None:
+        return next((o for o in self.options if o.name == name), None)
+
+    def complete_attrs(self, attrs: dict) -> dict:
+        """`attrs` with defaults filled in; unknown or missing options raise `ShapeError`."""
+        for key in attrs:
+            if self.option(key) is None:
+                known = ", ".join(o.name for o in self.options) or "none"
+                raise ShapeError(f"{self.name} has no option '{key}' (options: {known})")
+        out = {}
+        for o in self.options:
+            if o.name in attrs:
+                out[o.name] = attrs[o.name]
+            elif o.default is REQUIRED:
+                raise ShapeError(f"{self.name} needs the option '{o.name}'")
+            else:
+                out[o.name] = o.default
+        return out
+
+
+REGISTRY: dict[str, OpDef] = {}
+
+
+def register(name: str, infer: Callable, *, operands=("x",), options=(), traits=(),
+             vjp=None, jvp=None, doc: str = "", positional=None) -> OpDef:
+    """Declare an op. Re-registering a name is an error: one op, one place."""
+    if name in REGISTRY:
+        raise ValueError(f"op {name!r} is already registered")
+    d = OpDef(name, infer, tuple(operands), tuple(options), frozenset(traits), vjp, jvp, doc,
+              tuple(positional) if positional else None)
+    REGISTRY[name] = d
+    return d
+
+
+def get(name: str) -> OpDef:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ShapeError(f"unknown op '{name}'") from None
+
+
+def set_vjp(name: str):
+    """Decorator attaching a VJP rule to an already declared op."""
+    def deco(fn):
+        REGISTRY[name] = dataclasses.replace(REGISTRY[name], vjp=fn)
+        return fn
+    return deco
+
+
+def set_jvp(name: str):
+    """Decorator attaching a JVP rule to an already declared op."""
+    def deco(fn):
+        REGISTRY[name] = dataclasses.replace(REGISTRY[name], jvp=fn)
+        return fn
+    return deco

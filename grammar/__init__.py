@@ -1,0 +1,1 @@
+"""The grammars of TDSL and of the textual IR (package data)."""

@@ -1,0 +1,12 @@
+"""Kernels of constructors."""
+from . import DTYPES, kernel
+
+
+@kernel("const")
+def const(xp, value, dtype):
+    return xp.asarray(value, dtype=DTYPES[dtype])
+
+
+@kernel("zeros")
+def zeros(xp, shape, dtype):
+    return xp.zeros(tuple(shape), dtype=DTYPES[dtype])

@@ -1,0 +1,2 @@
+"""Kernels of linear-algebra ops."""
+from . import kernel  # noqa: F401

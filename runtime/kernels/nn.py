@@ -1,0 +1,2 @@
+"""Kernels of neural-net ops."""
+from . import kernel  # noqa: F401
