@@ -1,0 +1,233 @@
+"""Parsing IR text (``grammar/ir.lark``) back into a `Module`; the inverse of `printer`.
+
+Ops are built generically from what is written (name, operands, attributes, result types):
+type rules are not re-run, so unknown op names and ill-typed ops parse, and the verifier
+judges them. Syntax errors, undefined values and redefinitions are `AdcError`s located in
+the IR text.
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+
+from lark import Lark, Token, Tree
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+
+from ..diagnostics import AdcError, Loc
+from .core import Block, Function, Module, Op, Value
+from .types import TensorType
+
+# Friendly names for the grammar's terminals in "expected ..." messages.
+_TERMINALS = {
+    "VALUE": "a value (%name)", "FUNC_NAME": "a function name (@name)", "DTYPE": "a type",
+    "OP_NAME": "an op name", "NAME": "a name", "DIM": "a dimension", "STRING": "a string",
+    "INT": "an integer", "FLOAT": "a float", "LPAR": "'('", "RPAR": "')'", "LSQB": "'['",
+    "RSQB": "']'", "LBRACE": "'{'", "RBRACE": "'}'", "COMMA": "','", "COLON": "':'",
+    "EQUAL": "'='", "CIRCUMFLEX": "'^'", "__ANON_0": "'->'", "$END": "end of input",
+}
+
+
+@lru_cache(maxsize=1)
+def _lark() -> Lark:
+    text = resources.files("adcompiler.grammar").joinpath("ir.lark").read_text()
+    return Lark(text, parser="lalr", maybe_placeholders=True)
+
+
+def parse_module(text: str, filename: str = "<ir>") -> Module:
+    """Parse IR text; errors carry a `Loc` into `filename` (the IR file)."""
+    try:
+        tree = _lark().parse(text)
+    except UnexpectedInput as e:
+        raise AdcError(_syntax_message(e, text), Loc(filename, e.line, e.column)) from None
+    return _Reader(filename).module(tree)
+
+
+def parse_function(text: str, filename: str = "<ir>") -> Function:
+    """Parse text holding exactly one function."""
+    m = parse_module(text, filename)
+    if len(m.functions) != 1:
+        raise AdcError(f"expected one function, found {len(m.functions)}", Loc(filename, 1, 1))
+    return next(iter(m.functions.values()))
+
+
+def _syntax_message(e: UnexpectedInput, text: str) -> str:
+    if isinstance(e, UnexpectedCharacters):
+        return f"unexpected character {text[e.pos_in_stream]!r}"
+    if isinstance(e, UnexpectedEOF) or getattr(e, "token", None) is not None and \
+            e.token.type == "$END":
+        return "unexpected end of input"
+    msg = f"unexpected {e.token.value!r}"
+    expected = sorted({_TERMINALS.get(t, repr(t.lower())) for t in e.expected
+                       if not t.startswith("__")} | ({"'->'"} if "__ANON_0" in e.expected
+                                                      else set()))
+    if isinstance(e, UnexpectedToken) and expected and len(expected) <= 6:
+        msg += "; expected " + " or ".join(expected)
+    return msg
+
+
+def _hint(token: Token) -> str | None:
+    """The name hint written in a value token: ``%x.2`` -> "x", ``%"a b"`` -> "a b", ``%3`` -> None."""
+    body = token.value[1:]
+    if body.isdigit():
+        return None
+    if body.startswith('"'):
+        end = body.rindex('"')
+        return json.loads(body[:end + 1])
+    return body.split(".", 1)[0]
+
+
+def _str(token: Token) -> str:
+    return json.loads(token.value)
+
+
+def _type(tree: Tree) -> TensorType:
+    dtype, *dims = tree.children
+    return TensorType(dtype.value, tuple(int(d) if d.value.isdigit() else d.value
+                                         for d in dims if d is not None))
+
+
+class _Reader:
+    """Builds the module from the parse tree, resolving value names through nested scopes."""
+
+    def __init__(self, filename: str):
+        self.filename = filename
+        self.scopes: list[dict[str, Value]] = []
+
+    def loc_of(self, token: Token) -> Loc:
+        return Loc(self.filename, token.line, token.column)
+
+    def error(self, message: str, token: Token) -> AdcError:
+        return AdcError(message, self.loc_of(token))
+
+    # -- scopes ------------------------------------------------------------------------
+    def define(self, token: Token, type: TensorType, make) -> Value:
+        for scope in self.scopes:
+            if token.value in scope:
+                raise self.error(f"value {token.value} is already defined", token)
+        v = make(type, _hint(token))
+        self.scopes[-1][token.value] = v
+        return v
+
+    def lookup(self, token: Token) -> Value:
+        for scope in reversed(self.scopes):
+            if token.value in scope:
+                return scope[token.value]
+        raise self.error(f"use of undefined value {token.value}", token)
+
+    # -- structure ---------------------------------------------------------------------
+    def module(self, tree: Tree) -> Module:
+        m = Module()
+        for ftree in tree.children:
+            name_tok = ftree.children[0]
+            f = self.function(ftree)
+            if f.name in m:
+                raise self.error(f"function @{f.name} is already defined", name_tok)
+            m.add(f)
+        return m
+
+    def function(self, tree: Tree) -> Function:
+        name_tok = tree.children[0]
+        raw = name_tok.value[1:]
+        name = _str_token(raw)
+        args = [c for c in tree.children if isinstance(c, Tree) and c.data == "func_arg"]
+        types = [_type(c) for c in tree.children if isinstance(c, Tree) and c.data == "type"]
+        attrs_tree = _child(tree, "func_attrs")
+        loc_tree = _child(tree, "loc")
+        body = Block()
+        params = set()
+        self.scopes = [{}]
+        for a in args:
+            tok, ty = a.children[:2]
+            v = self.define(tok, _type(ty), lambda t, h: body.add_arg(t, h))
+            if len(a.children) == 3:
+                if v.name is None:
+                    raise self.error("a {param} input needs a name", tok)
+                params.add(v.name)
+        self.ops(body, [c for c in tree.children if isinstance(c, Tree) and c.data == "op"])
+        attrs = self.attr_dict(attrs_tree.children[0]) if attrs_tree is not None else {}
+        self.scopes = []
+        return Function(name, body, types, params, attrs, self.loc(loc_tree))
+
+    def ops(self, block: Block, trees: list[Tree]) -> None:
+        for t in trees:
+            block.append(self.op(t))
+
+    def op(self, tree: Tree) -> Op:
+        results_tree, name_tok, *rest = tree.children
+        operands = [self.lookup(c) for c in rest if isinstance(c, Token) and c.type == "VALUE"]
+        attrs_tree = _child(tree, "attr_dict")
+        attrs = self.attr_dict(attrs_tree) if attrs_tree is not None else {}
+        types = [_type(c) for c in rest if isinstance(c, Tree) and c.data == "type"]
+        result_toks = results_tree.children if results_tree is not None else []
+        if len(result_toks) != len(types):
+            raise self.error(f"'{name_tok.value}' defines {len(result_toks)} values but lists "
+                             f"{len(types)} result types", name_tok)
+        regions = [self.region(c) for c in rest if isinstance(c, Tree) and c.data == "region"]
+        op = Op(name_tok.value, operands, types, attrs, regions,
+                self.loc(_child(tree, "loc")), [_hint(t) for t in result_toks])
+        for tok, v in zip(result_toks, op.results):
+            self.define(tok, v.type, lambda t, h, v=v: v)
+        return op
+
+    def region(self, tree: Tree) -> Block:
+        block = Block()
+        self.scopes.append({})
+        for c in tree.children:
+            if isinstance(c, Tree) and c.data == "block_arg":
+                tok, ty = c.children
+                self.define(tok, _type(ty), lambda t, h: block.add_arg(t, h))
+        self.ops(block, [c for c in tree.children if isinstance(c, Tree) and c.data == "op"])
+        self.scopes.pop()
+        return block
+
+    def loc(self, tree: Tree | None) -> Loc | None:
+        if tree is None:
+            return None
+        file, line, col = tree.children
+        return Loc(_str(file), int(line), int(col))
+
+    # -- attributes --------------------------------------------------------------------
+    def attr_dict(self, tree: Tree) -> dict:
+        out = {}
+        for a in tree.children:
+            if a is None:
+                continue
+            key_tok, value = a.children
+            key = _str(key_tok) if key_tok.type == "STRING" else key_tok.value
+            if key in out:
+                raise self.error(f"attribute '{key}' is given twice", key_tok)
+            out[key] = self.value(value)
+        return out
+
+    def value(self, v):
+        if isinstance(v, Token):  # only reached for single-token alternatives via aliases
+            raise AssertionError(v)
+        kind, items = v.data, [c for c in v.children if c is not None]
+        if kind == "int":
+            return int(items[0])
+        if kind == "float":
+            return float(items[0])
+        if kind == "string":
+            return _str(items[0])
+        if kind == "true":
+            return True
+        if kind == "false":
+            return False
+        if kind == "none":
+            return None
+        if kind == "list":
+            return [self.value(c) for c in items]
+        if kind == "tuple":
+            return tuple(self.value(c) for c in items)
+        if kind == "dict":
+            return {_str(e.children[0]): self.value(e.children[1]) for e in items}
+        raise AssertionError(kind)
+
+
+def _child(tree: Tree, data: str) -> Tree | None:
+    return next((c for c in tree.children if isinstance(c, Tree) and c.data == data), None)
+
+
+def _str_token(raw: str) -> str:
+    return json.loads(raw) if raw.startswith('"') else raw
