@@ -13,3 +13,6 @@ register("const", lambda types, attrs: TensorType(attrs["dtype"], ()), operands=
 register("zeros", lambda types, attrs: TensorType(attrs["dtype"], tuple(attrs["shape"])),
          operands=(), options=(Option("shape", "shape"), Option("dtype", "dtype", "f32")),
          traits=CTOR)
+register("ones", lambda types, attrs: TensorType(attrs["dtype"], tuple(attrs["shape"])),
+         operands=(), options=(Option("shape", "shape"), Option("dtype", "dtype", "f32")),
+         traits=CTOR)

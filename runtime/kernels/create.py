@@ -10,3 +10,8 @@ def const(xp, value, dtype):
 @kernel("zeros")
 def zeros(xp, shape, dtype):
     return xp.zeros(tuple(shape), dtype=DTYPES[dtype])
+
+
+@kernel("ones")
+def ones(xp, shape, dtype):
+    return xp.ones(tuple(shape), dtype=DTYPES[dtype])

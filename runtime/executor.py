@@ -1,0 +1,186 @@
+"""Runs an IR function on an array module (NumPy or CuPy) through the kernel table.
+
+The executor reads IR objects by duck typing (op.name, op.operands, op.attrs, op.regions,
+block.args, block.ops), so the runtime does not import the compiler. Each value is dropped
+as soon as its last use has run, and the bytes of live values are tracked: `stats` reports
+``peak_bytes`` (the high-water mark of live arrays, inputs and outputs included).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy
+
+from .kernels import DTYPES, KERNELS
+
+SHAPE_ATTRS = ("shape", "n")  # attributes that may hold symbolic dimensions
+
+
+class RunError(Exception):
+    """A problem with the data given to a run (bad input names, shapes or bindings)."""
+
+
+def _factors(d):
+    if isinstance(d, int):
+        return d, []
+    coeff, syms = 1, []
+    for part in str(d).split("*"):
+        if part.isdigit():
+            coeff *= int(part)
+        else:
+            syms.append(part)
+    return coeff, syms
+
+
+def resolve_dim(d, dims: Mapping[str, int]) -> int:
+    coeff, syms = _factors(d)
+    for s in syms:
+        if s not in dims:
+            raise RunError(f"symbolic dimension '{s}' is not bound (use --bind {s}=N)")
+        coeff *= dims[s]
+    return coeff
+
+
+def bind_dims(fn, arrays: list, dims: Mapping[str, int] | None = None) -> dict[str, int]:
+    """Bind the symbolic dimensions of `fn`'s inputs from the arrays' shapes."""
+    bound = dict(dims or {})
+    where: dict[str, str] = {k: "--bind" for k in bound}
+    for arg, a in zip(fn.args, arrays):
+        want = arg.type.shape
+        if len(a.shape) != len(want):
+            raise RunError(f"input '{arg.name}' has shape {tuple(a.shape)}, "
+                           f"expected rank {len(want)} ({arg.type})")
+        for d, n in zip(want, a.shape):
+            if isinstance(d, str) and "*" not in d:
+                if d in bound and bound[d] != n:
+                    raise RunError(f"dimension '{d}' is {bound[d]} from {where[d]} but {n} "
+                                   f"from input '{arg.name}'")
+                bound[d], where[d] = n, f"input '{arg.name}'"
+    for arg, a in zip(fn.args, arrays):
+        want = tuple(resolve_dim(d, bound) for d in arg.type.shape)
+        if tuple(a.shape) != want:
+            raise RunError(f"input '{arg.name}' has shape {tuple(a.shape)}, expected {want}")
+    return bound
+
+
+def _last_uses(block) -> dict[int, list]:
+    """For each op index, the values defined in `block` whose last use is that op."""
+    last: dict[Any, int] = {}
+    for v in block.args:
+        last[v] = -1
+    for k, op in enumerate(block.ops):
+        for v in op.results:
+            last[v] = k
+        for inner in op.walk():
+            for v in inner.operands:
+                if v in last:
+                    last[v] = k
+    table: dict[int, list] = {}
+    for v, k in last.items():
+        table.setdefault(k, []).append(v)
+    return table
+
+
+class Executor:
+    def __init__(self, module, xp=numpy, dims: Mapping[str, int] | None = None):
+        self.module = module
+        self.xp = xp
+        self.dims = dict(dims or {})
+        self.live = 0
+        self.peak = 0
+        self._plans: dict[int, dict] = {}
+
+    # -- live-byte accounting -------------------------------------------------------------
+    def _set(self, env, v, a):
+        env[v] = a
+        self.live += a.nbytes
+        self.peak = max(self.peak, self.live)
+
+    def _drop(self, env, v):
+        a = env.pop(v, None)
+        if a is not None:
+            self.live -= a.nbytes
+
+    # -- execution ------------------------------------------------------------------------
+    def call(self, fn, arrays: list) -> list:
+        env: dict = {}
+        return self.run_block(fn.body, env, arrays, keep_results=True)
+
+    def run_block(self, block, env, args, keep_results=False) -> list:
+        plan = self._plans.get(id(block))
+        if plan is None:
+            plan = self._plans[id(block)] = _last_uses(block)
+        for v, a in zip(block.args, args):
+            self._set(env, v, a)
+        for v in plan.get(-1, ()):
+            self._drop(env, v)
+        for k, op in enumerate(block.ops):
+            if op.name in ("return", "yield"):
+                out = [env[v] for v in op.operands]
+                for v in plan.get(k, ()):
+                    if not keep_results or v not in op.operands:
+                        self._drop(env, v)
+                return out
+            results = self.run_op(op, env)
+            for v, r in zip(op.results, results):
+                self._set(env, v, r)
+            for v in plan.get(k, ()):
+                self._drop(env, v)
+        return []
+
+    def _fix(self, r, v):
+        """Make `r` an array of `v`'s declared dtype (NumPy returns scalars and upcasts)."""
+        want = DTYPES[v.type.dtype]
+        if not hasattr(r, "dtype") or r.dtype != want:
+            r = self.xp.asarray(r, dtype=want)
+        return r
+
+    def run_op(self, op, env) -> list:
+        args = [env[v] for v in op.operands]
+        if op.name == "for":
+            return self.run_for(op, env, args)
+        if op.name == "call":
+            return self.call(self.module.functions[op.attrs["callee"]], args)
+        attrs = {k: (self._resolve(v) if k in SHAPE_ATTRS else v) for k, v in op.attrs.items()}
+        kern = KERNELS.get(op.name)
+        if kern is None:
+            raise RunError(f"no kernel for op '{op.name}'")
+        out = kern(self.xp, *args, **attrs)
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        return [self._fix(r, v) for r, v in zip(outs, op.results)]
+
+    def _resolve(self, value):
+        if isinstance(value, (list, tuple)):
+            return tuple(resolve_dim(d, self.dims) for d in value)
+        return resolve_dim(value, self.dims)
+
+    def run_for(self, op, env, args) -> list:
+        xp = self.xp
+        n, nc = self._resolve(op.attrs["n"]), op.attrs["n_carry"]
+        body = op.regions[0]
+        carry, xs = args[:nc], args[nc:]
+        ny = len(op.results) - nc
+        ys = [xp.empty(self._resolve(r.type.shape), dtype=DTYPES[r.type.dtype])
+              for r in op.results[nc:]]
+        order = range(n - 1, -1, -1) if op.attrs.get("reverse") else range(n)
+        for i in order:
+            slices = [x[i] for x in xs]
+            out = self.run_block(body, env, [xp.asarray(i, dtype="int64")] + carry + slices)
+            carry = [self._fix(c, v) for c, v in zip(out[:nc], op.results[:nc])]
+            for buf, y in zip(ys, out[nc:nc + ny]):
+                buf[i] = y
+        return carry + ys
+
+
+def run_function(module, fn_name: str, inputs: Mapping[str, Any], xp=numpy,
+                 dims: Mapping[str, int] | None = None):
+    """Run `module.functions[fn_name]` on named `inputs`; returns (outputs, stats)."""
+    fn = module.functions[fn_name]
+    missing = [a.name for a in fn.args if a.name not in inputs]
+    if missing:
+        raise RunError(f"missing input '{missing[0]}'")
+    arrays = [xp.asarray(inputs[a.name], dtype=DTYPES[a.type.dtype]) for a in fn.args]
+    bound = bind_dims(fn, arrays, dims)
+    ex = Executor(module, xp, bound)
+    outs = ex.call(fn, arrays)
+    return outs, {"peak_bytes": ex.peak, "dims": bound}

@@ -1,0 +1,87 @@
+"""Shared test helpers: build one-op programs, run them, and check derivatives against
+central finite differences in float64."""
+from __future__ import annotations
+
+import numpy as np
+
+from adcompiler.ir.builder import Builder
+from adcompiler.ir.core import Block, Function, Module
+from adcompiler.ir.types import DTYPE_OF_NUMPY, TensorType
+from adcompiler.passes.reverse import Reverse
+from adc_runtime.executor import run_function
+
+
+def _type_of(a: np.ndarray) -> TensorType:
+    return TensorType(DTYPE_OF_NUMPY[a.dtype.name], a.shape)
+
+
+def one_op_module(op: str, args: list[np.ndarray], attrs: dict | None = None,
+                  list_operand: bool = False, weighted: bool = True) -> Module:
+    """``f(a0, a1, ..., w) = sum(op(a0, a1, ...) * w)`` (each result weighted and summed).
+
+    The random weight `w` makes the check cover the whole Jacobian, not just its column
+    sums. With `list_operand` every arg is an element of the op's list operand (concat).
+    """
+    body = Block([_type_of(a) for a in args], [f"a{k}" for k in range(len(args))])
+    b = Builder(body)
+    outs = b.emit(op, *body.args, **(attrs or {}))
+    outs = outs if isinstance(outs, list) else [outs]
+    total = None
+    for k, y in enumerate(outs):
+        if not y.type.is_float:
+            continue
+        if weighted:
+            w = body.add_arg(y.type, f"w{k}")
+            y = b.emit("mul", y, w)
+        s = b.emit("sum", y)
+        total = s if total is None else b.emit("add", total, s)
+    b.ret([total])
+    fn = Function("f", body, [total.type],
+                  params={f"a{k}" for k, a in enumerate(args) if a.dtype.kind == "f"})
+    return Module({"f": fn})
+
+
+def run(module: Module, fn: str, inputs: dict) -> list[np.ndarray]:
+    outs, _ = run_function(module, fn, inputs)
+    return outs
+
+
+def weights_for(module: Module, rng) -> dict:
+    f = module["f"]
+    return {a.name: rng.standard_normal([int(d) for d in a.type.shape]).astype(np.float64)
+            for a in f.args if a.name.startswith("w")}
+
+
+def finite_difference(module: Module, inputs: dict, name: str, eps: float = 1e-6) -> np.ndarray:
+    """Central differences of the scalar `f` with respect to input `name`."""
+    x = inputs[name]
+    grad = np.zeros_like(x, dtype=np.float64)
+    for idx in np.ndindex(x.shape):
+        plus, minus = dict(inputs), dict(inputs)
+        xp, xm = x.copy(), x.copy()
+        xp[idx] += eps
+        xm[idx] -= eps
+        plus[name], minus[name] = xp, xm
+        grad[idx] = (run(module, "f", plus)[0] - run(module, "f", minus)[0]) / (2 * eps)
+    return grad
+
+
+def check_grads(op: str, args: list[np.ndarray], attrs: dict | None = None, *,
+                wrt: list[int] | None = None, rtol: float = 1e-6, atol: float = 1e-7,
+                seed: int = 0) -> dict:
+    """Assert reverse-mode gradients of `op` match central differences; returns them."""
+    rng = np.random.default_rng(seed)
+    module = one_op_module(op, args, attrs)
+    inputs = {f"a{k}": a for k, a in enumerate(args)}
+    inputs.update(weights_for(module, rng))
+    wrt = [k for k, a in enumerate(args) if a.dtype.kind == "f"] if wrt is None else wrt
+    names = tuple(f"a{k}" for k in wrt)
+    adj = Reverse(wrt=names, fn="f")(module)
+    outs = run(adj, "f_grad", inputs)
+    got = dict(zip(names, outs[1:]))
+    for name in names:
+        want = finite_difference(module, inputs, name)
+        np.testing.assert_allclose(got[name], want, rtol=rtol, atol=atol,
+                                   err_msg=f"d/d{name} of {op}{attrs or ''}")
+        assert got[name].shape == inputs[name].shape
+    return got
