@@ -52,7 +52,8 @@ def weights_for(module: Module, rng) -> dict:
             for a in f.args if a.name.startswith("w")}
 
 
-def finite_difference(module: Module, inputs: dict, name: str, eps: float = 1e-6) -> np.ndarray:
+def finite_difference(module: Module, inputs: dict, name: str, eps: float = 1e-6,
+                      fn: str = "f") -> np.ndarray:
     """Central differences of the scalar `f` with respect to input `name`."""
     x = inputs[name]
     grad = np.zeros_like(x, dtype=np.float64)
@@ -62,7 +63,7 @@ def finite_difference(module: Module, inputs: dict, name: str, eps: float = 1e-6
         xp[idx] += eps
         xm[idx] -= eps
         plus[name], minus[name] = xp, xm
-        grad[idx] = (run(module, "f", plus)[0] - run(module, "f", minus)[0]) / (2 * eps)
+        grad[idx] = (run(module, fn, plus)[0] - run(module, fn, minus)[0]) / (2 * eps)
     return grad
 
 
