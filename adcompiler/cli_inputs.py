@@ -1,0 +1,208 @@
+"""Inputs of a run: loading IN.npz / IN.json, checking them against a function's signature,
+binding symbolic dimensions, and drawing seeded random inputs when none are given.
+
+Rules (spec §7): float data is converted to the declared float width; any other dtype or
+shape mismatch, a missing input or an unknown name is an `AdcError` naming the input. JSON
+has no dtypes, so JSON numbers are accepted for float inputs and integral JSON numbers for
+integer inputs.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Mapping
+
+import numpy as np
+
+from .diagnostics import AdcError, Loc
+from .ir.core import Function, Op
+from .ir.types import NUMPY_DTYPE, TensorType, dim_symbols, resolve_dim
+
+RANDOM_INT_HIGH = 2      # integer inputs with no known range are drawn from [0, 2)
+DEFAULT_DIM = 4          # size of a symbolic dimension nothing binds, in a random-input run
+
+
+def load_data(path: str) -> dict[str, tuple[np.ndarray, bool]]:
+    """The arrays in `path` (.npz or .json) by name, each with a flag "came from JSON"."""
+    if not os.path.exists(path):
+        raise AdcError(f"inputs file '{path}' does not exist")
+    if path.endswith(".json"):
+        try:
+            with open(path, encoding="utf-8") as f:
+                obj = json.load(f)
+        except json.JSONDecodeError as e:
+            raise AdcError(f"invalid JSON: {e.msg}", Loc(path, e.lineno, e.colno)) from None
+        except UnicodeDecodeError:
+            raise AdcError(f"inputs file '{path}' is not UTF-8 text") from None
+        if not isinstance(obj, dict):
+            raise AdcError(f"{path}: expected a JSON object mapping input names to arrays")
+        out = {}
+        for name, value in obj.items():
+            try:
+                arr = np.array(value)
+            except ValueError:
+                raise AdcError(f"{path}: input '{name}' is not a rectangular array") from None
+            if arr.dtype == object or arr.dtype.kind not in "biuf":
+                raise AdcError(f"{path}: input '{name}' must be a number or nested lists of "
+                               "numbers")
+            out[name] = (arr, True)
+        return out
+    if path.endswith(".npz"):
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                return {k: (data[k], False) for k in data.files}
+        except (OSError, ValueError) as e:
+            raise AdcError(f"cannot read '{path}' as .npz: {e}") from None
+    raise AdcError(f"inputs file '{path}' must end in .npz or .json")
+
+
+def _convert(name: str, arr: np.ndarray, from_json: bool, t: TensorType, path: str):
+    declared = np.dtype(NUMPY_DTYPE[t.dtype])
+    kind = arr.dtype.kind
+    if declared.kind == "f" and (kind == "f" or (from_json and kind in "iu")):
+        return arr.astype(declared)
+    if declared.kind in "iu" and kind in "iu" and (from_json or arr.dtype == declared):
+        if from_json and not np.array_equal(arr.astype(declared), arr):
+            raise AdcError(f"{path}: input '{name}' does not fit in {t.dtype}")
+        return arr.astype(declared)
+    if declared.kind == "b" and kind == "b":
+        return arr
+    if from_json and declared.kind in "iu" and kind == "f":
+        raise AdcError(f"{path}: input '{name}' is declared {t} but holds non-integer "
+                       "numbers")
+    raise AdcError(f"{path}: input '{name}' is declared {t} but the data is {arr.dtype}")
+
+
+class DimBinder:
+    """Binds symbolic dimensions, remembering where each size came from for error messages."""
+
+    def __init__(self, bound: Mapping[str, int] | None = None):
+        self.env: dict[str, int] = dict(bound or {})
+        self.origin = {k: "--bind" for k in self.env}
+
+    def bind(self, sym: str, size: int, origin: str) -> None:
+        if sym in self.env and self.env[sym] != size:
+            raise AdcError(f"dimension {sym} is {self.env[sym]} from {self.origin[sym]} but "
+                           f"{size} from {origin}")
+        self.env.setdefault(sym, size)
+        self.origin.setdefault(sym, origin)
+
+    def check_shape(self, name: str, shape: tuple, t: TensorType, path: str) -> None:
+        """Bind the symbols of `t` from the actual `shape`; a mismatch names the input."""
+        bad = AdcError(f"{path}: input '{name}' is declared {t} but has shape "
+                       f"({', '.join(map(str, shape))}{',' if len(shape) == 1 else ''})")
+        if len(shape) != len(t.shape):
+            raise bad
+        for d, n in zip(t.shape, shape):
+            if isinstance(d, int):
+                if d != n:
+                    raise bad
+            elif "*" not in d:
+                self.bind(d, n, f"input '{name}'")
+        for d, n in zip(t.shape, shape):  # products of symbols, once everything is bound
+            if isinstance(d, str) and all(s in self.env for s in dim_symbols(d)) \
+                    and resolve_dim(d, self.env) != n:
+                raise bad
+
+
+def check_inputs(fn: Function, data: dict, path: str, binder: DimBinder) -> dict:
+    """Validate loaded `data` against `fn`'s inputs; returns arrays of the declared dtypes."""
+    names = fn.arg_names
+    for key in data:
+        if key not in names:
+            raise AdcError(f"{path}: unknown input '{key}'; {fn.name} takes "
+                           f"{', '.join(names) or 'no inputs'}")
+    out = {}
+    for arg in fn.args:
+        if arg.name not in data:
+            raise AdcError(f"{path}: missing input '{arg.name}' ({arg.type})")
+        arr, from_json = data[arg.name]
+        arr = _convert(arg.name, np.asarray(arr), from_json, arg.type, path)
+        binder.check_shape(arg.name, arr.shape, arg.type, path)
+        out[arg.name] = arr
+    return out
+
+
+def function_symbols(fn: Function) -> list[str]:
+    """Every symbolic dimension `fn` mentions, in order of first appearance."""
+    seen: dict[str, None] = {}
+    types = [a.type for a in fn.args] + [r.type for op in fn.walk() for r in op.results]
+    for t in types:
+        for d in t.shape:
+            if isinstance(d, str):
+                seen.update(dict.fromkeys(dim_symbols(d)))
+    for op in fn.walk():
+        if op.name == "for" and isinstance(op.attrs.get("n"), str):
+            seen.update(dict.fromkeys(dim_symbols(op.attrs["n"])))
+    return list(seen)
+
+
+def require_bound(fn: Function, binder: DimBinder) -> None:
+    for sym in function_symbols(fn):
+        if sym not in binder.env:
+            raise AdcError(f"dimension {sym} is not bound by any input; pass --bind {sym}=SIZE")
+
+
+def _int_ranges(fn: Function, env: Mapping[str, int]) -> dict[str, int]:
+    """Exclusive upper bounds for integer inputs used as class labels or gather indices."""
+    def size(v, axis):
+        shape = v.type.shape
+        return resolve_dim(shape[axis % len(shape)], env) if shape else None
+
+    args = {a: a.name for a in fn.args}
+    high: dict[str, int] = {}
+    op: Op
+    for op in fn.walk():
+        found = None
+        if op.name == "cross_entropy" and len(op.operands) > 1 and op.operands[1] in args:
+            found = op.operands[1], size(op.operands[0], op.attrs.get("axis", -1))
+        elif op.name == "take" and len(op.operands) > 1 and op.operands[1] in args:
+            found = op.operands[1], size(op.operands[0], op.attrs.get("axis", 0))
+        elif op.name == "one_hot" and op.operands and op.operands[0] in args:
+            found = op.operands[0], resolve_dim(op.attrs["n"], env)
+        if found and found[1]:
+            name = args[found[0]]
+            high[name] = min(high.get(name, found[1]), found[1])
+    return high
+
+
+def random_inputs(fn: Function, binder: DimBinder, seed: int) -> tuple[dict, list[str]]:
+    """Seeded random inputs for `fn`: floats ~ N(0, 1); integers in [0, n) when the input
+    feeds cross_entropy labels, take indices or one_hot (n = the class count), else
+    [0, RANDOM_INT_HIGH); bools uniform. Returns the inputs and notes on what was chosen."""
+    notes = []
+    for sym in function_symbols(fn):
+        if sym not in binder.env:
+            binder.bind(sym, DEFAULT_DIM, "the default")
+            notes.append(f"{sym}={DEFAULT_DIM}")
+    rng = np.random.default_rng(seed)
+    high = _int_ranges(fn, binder.env)
+    out = {}
+    for arg in fn.args:
+        t = arg.type
+        shape = tuple(resolve_dim(d, binder.env) for d in t.shape)
+        dtype = np.dtype(NUMPY_DTYPE[t.dtype])
+        if t.is_float:
+            out[arg.name] = rng.standard_normal(shape).astype(dtype)
+        elif t.dtype == "bool":
+            out[arg.name] = rng.integers(0, 2, shape).astype(bool)
+        else:
+            out[arg.name] = rng.integers(0, high.get(arg.name, RANDOM_INT_HIGH), shape,
+                                         dtype=dtype)
+    return out, notes
+
+
+def parse_binds(items: list[str] | None) -> dict[str, int]:
+    """``["B=32", "T=8"]`` -> ``{"B": 32, "T": 8}``."""
+    env: dict[str, int] = {}
+    for item in items or []:
+        for part in item.split(","):
+            name, eq, value = part.partition("=")
+            name = name.strip()
+            if not eq or not name.isidentifier() or not value.strip().isdigit():
+                raise AdcError(f"--bind expects NAME=SIZE (e.g. B=32), got '{part}'")
+            if name in env and env[name] != int(value):
+                raise AdcError(f"dimension {name} is bound twice by --bind "
+                               f"({env[name]} and {int(value)})")
+            env[name] = int(value)
+    return env

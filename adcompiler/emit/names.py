@@ -1,0 +1,54 @@
+"""Readable, unique identifiers for IR values in emitted source (Python, DOT)."""
+from __future__ import annotations
+
+import keyword
+import re
+
+from ..ir.types import Dim
+
+
+class Namer:
+    """Gives each value an identifier derived from its name hint, unique in one scope.
+
+    Rebinding a TDSL name makes a new SSA value with the same hint, and the adjoint program
+    uses both, so later values get a suffix: ``h``, ``h_1``, ``h_2``.
+    """
+
+    def __init__(self, reserved=()):
+        self.used: set[str] = set(reserved)
+        self.names: dict[object, str] = {}
+        self.counts: dict[str, int] = {}
+
+    def fresh(self, hint: str | None, default: str = "t") -> str:
+        base = sanitize(hint) if hint else default
+        k = self.counts.get(base, 0)
+        name = base if hint and k == 0 else f"{base}{'_' if hint else ''}{k}"
+        while name in self.used:
+            k += 1
+            name = f"{base}{'_' if hint else ''}{k}"
+        self.counts[base] = k + 1
+        self.used.add(name)
+        return name
+
+    def __call__(self, value) -> str:
+        if value not in self.names:
+            self.names[value] = self.fresh(getattr(value, "name", None))
+        return self.names[value]
+
+
+def sanitize(hint: str) -> str:
+    """A Python identifier close to `hint` (``x.grad`` -> ``x_grad``, ``if`` -> ``if_``)."""
+    name = re.sub(r"\W", "_", hint) or "v"
+    if name[0].isdigit():
+        name = "v" + name
+    if keyword.iskeyword(name) or keyword.issoftkeyword(name):
+        name += "_"
+    return name
+
+
+def dim_expr(d: Dim, symbols: dict[str, str] | None = None) -> str:
+    """A Python expression for a dimension: ``4``, ``B``, ``2*B*T``; `symbols` renames."""
+    if isinstance(d, int):
+        return str(d)
+    symbols = symbols or {}
+    return "*".join(p if p.isdigit() else symbols.get(p, p) for p in d.split("*"))

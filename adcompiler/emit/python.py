@@ -1,0 +1,271 @@
+"""Emit an IR module as a readable, standalone Python module of NumPy code.
+
+The emitted module imports only ``numpy`` and ``adc_runtime.kernels`` and calls the same
+kernel table as the executor, one line per op, so it computes the same numbers as
+``adc run``. Each IR function becomes a Python function that binds its symbolic dimensions
+from the shapes of its arguments; ``for`` ops become Python loops that stack their
+per-iteration outputs; a comment names the TDSL line behind each group of ops.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+from ..ir.core import Block, Function, Module, Op
+from ..ir.types import NUMPY_DTYPE, dim_symbols
+from ..ops import registry
+from .names import Namer, dim_expr, sanitize
+
+RESERVED = {"np", "K", "dims", "sys", "main"}
+
+
+class _Sources:
+    """Source lines for provenance comments: given texts first, then files on disk."""
+
+    def __init__(self, texts: dict[str, str] | None):
+        self.lines = {k: v.splitlines() for k, v in (texts or {}).items()}
+
+    def line(self, file: str, n: int) -> str:
+        if file not in self.lines:
+            try:
+                with open(file, encoding="utf-8") as f:
+                    self.lines[file] = f.read().splitlines()
+            except (OSError, UnicodeDecodeError):
+                self.lines[file] = []
+        lines = self.lines[file]
+        return lines[n - 1].strip() if 1 <= n <= len(lines) else ""
+
+
+def _bindable(fn: Function) -> dict[str, tuple]:
+    """Symbols bound by an argument's shape: ``{"B": (x, 0)}`` (first occurrence)."""
+    found: dict[str, tuple] = {}
+    for a in fn.args:
+        for axis, d in enumerate(a.type.shape):
+            if isinstance(d, str) and "*" not in d and d not in found:
+                found[d] = (a, axis)
+    return found
+
+
+def _symbols(fn: Function) -> list[str]:
+    seen: dict[str, None] = {}
+    for v in list(fn.args) + [r for op in fn.walk() for r in op.results]:
+        for d in v.type.shape:
+            if isinstance(d, str):
+                seen.update(dict.fromkeys(dim_symbols(d)))
+    for op in fn.walk():
+        for kind, value in _dim_attrs(op):
+            for d in (value if kind == "shape" else [value]):
+                if isinstance(d, str):
+                    seen.update(dict.fromkeys(dim_symbols(d)))
+    return list(seen)
+
+
+def _dim_attrs(op: Op):
+    if op.name == "for":
+        yield "dim", op.attrs["n"]
+        return
+    opdef = registry.REGISTRY.get(op.name)
+    for o in (opdef.options if opdef else ()):
+        value = op.attrs.get(o.name)
+        if o.kind == "dim" and isinstance(value, (int, str)):
+            yield "dim", value
+        elif o.kind == "shape" and isinstance(value, (list, tuple)):
+            yield "shape", value
+
+
+def _literal(value) -> str:
+    """Python source for an attribute constant."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"float({str(value)!r})"
+    if isinstance(value, (list, tuple)):
+        items = ", ".join(_literal(v) for v in value)
+        return f"({items},)" if isinstance(value, tuple) and len(value) == 1 else (
+            f"({items})" if isinstance(value, tuple) else f"[{items}]")
+    return repr(value)
+
+
+def _attr_source(op: Op, name: str, value, syms: dict[str, str]) -> str:
+    opdef = registry.REGISTRY.get(op.name)
+    option = opdef.option(name) if opdef else None
+    if option is not None and option.kind == "dim" and isinstance(value, (int, str)):
+        return dim_expr(value, syms)
+    if option is not None and option.kind == "shape" and isinstance(value, (list, tuple)):
+        items = ", ".join(dim_expr(d, syms) if isinstance(d, (int, str)) else _literal(d)
+                          for d in value)
+        return f"({items}{',' if len(value) == 1 else ''})" if isinstance(value, tuple) \
+            else f"[{items}]"
+    return _literal(value)
+
+
+class _FunctionEmitter:
+    def __init__(self, module: Module, fn: Function, fn_names: dict[str, str],
+                 needs_dims: dict[str, bool], sources: _Sources):
+        self.module, self.fn, self.fn_names = module, fn, fn_names
+        self.needs_dims, self.sources = needs_dims, sources
+        self.symbols = _symbols(fn)
+        self.syms = {s: s if s not in RESERVED else f"{s}_dim" for s in self.symbols}
+        self.name = Namer(RESERVED | set(self.syms.values()) | set(fn_names.values()))
+        self.lines: list[str] = []
+        self.last_loc = None
+
+    def emit(self) -> list[str]:
+        fn = self.fn
+        params = [self.name(a) for a in fn.args]
+        if self.needs_dims[fn.name]:
+            params.append("dims=None")
+        sig = ", ".join(f"{a.name}: {a.type}" for a in fn.args)
+        res = ", ".join(str(t) for t in fn.result_types)
+        self.lines.append(f"def {self.fn_names[fn.name]}({', '.join(params)}):")
+        self.lines.append(f'    """{fn.name}({sig}) -> ({res})"""')
+        bindable = _bindable(fn)
+        for sym in self.symbols:
+            if sym in bindable:
+                arg, axis = bindable[sym]
+                self.lines.append(f"    {self.syms[sym]} = {self.name(arg)}.shape[{axis}]")
+            else:
+                self.lines.append(f"    {self.syms[sym]} = dims[{sym!r}]")
+        self.block(fn.body, 1)
+        return self.lines
+
+    def comment(self, op: Op, depth: int) -> None:
+        loc = op.loc
+        if loc is None or (self.last_loc and (loc.file, loc.line) == self.last_loc):
+            return
+        self.last_loc = (loc.file, loc.line)
+        text = self.sources.line(loc.file, loc.line)
+        self.lines.append("    " * depth + f"# {os.path.basename(loc.file)}:{loc.line}"
+                          + (f"  {text}" if text else ""))
+
+    def block(self, block: Block, depth: int) -> None:
+        for op in block.ops:
+            if op.name == "yield":
+                continue  # the enclosing loop assigns the yielded values
+            self.comment(op, depth)
+            self.op(op, depth)
+
+    def op(self, op: Op, depth: int) -> None:
+        pad = "    " * depth
+        args = [self.name(v) for v in op.operands]
+        if op.name == "return":
+            self.lines.append(f"{pad}return ({', '.join(args)}{',' if len(args) == 1 else ''})")
+            return
+        if op.name == "for":
+            self.loop(op, depth)
+            return
+        outs = ", ".join(self.name(r) for r in op.results)
+        if op.name == "call":
+            callee = op.attrs["callee"]
+            call_args = args + (["dims=dims"] if self.needs_dims[callee] else [])
+            call = f"{self.fn_names[callee]}({', '.join(call_args)})"
+            if len(op.results) == 1:
+                call += "[0]"
+            self.lines.append(f"{pad}{outs} = {call}")
+            return
+        if op.name not in registry.REGISTRY:
+            raise NotImplementedError(f"the Python emitter does not know the op '{op.name}'")
+        kwargs = []
+        for k, v in op.attrs.items():
+            src = _attr_source(op, k, v, self.syms)
+            kwargs.append(f"{k}={src}" if k.isidentifier() else f"**{{{k!r}: {src}}}")
+        self.lines.append(f"{pad}{outs} = K[{op.name!r}]({', '.join(['np'] + args + kwargs)})")
+
+    def loop(self, op: Op, depth: int) -> None:
+        pad, body = "    " * depth, op.regions[0]
+        n_carry = op.attrs["n_carry"]
+        index, carries = body.args[0], body.args[1:1 + n_carry]
+        slices = body.args[1 + n_carry:]
+        inits = [self.name(v) for v in op.operands[:n_carry]]
+        xs = [self.name(v) for v in op.operands[n_carry:]]
+        yielded = body.terminator.operands
+        ys = [self.name.fresh(f"{self.name(r)}_steps") for r in op.results[n_carry:]]
+        it = self.name.fresh("step")
+        n = dim_expr(op.attrs["n"], self.syms)
+        for c, init in zip(carries, inits):
+            self.lines.append(f"{pad}{self.name(c)} = {init}")
+        for y in ys:
+            self.lines.append(f"{pad}{y} = []")
+        rng = f"range({n} - 1, -1, -1)" if op.attrs.get("reverse") else f"range({n})"
+        self.lines.append(f"{pad}for {it} in {rng}:")
+        self.lines.append(f"{pad}    {self.name(index)} = np.int64({it})")
+        for s, x in zip(slices, xs):
+            self.lines.append(f"{pad}    {self.name(s)} = {x}[{it}]")
+        self.block(body, depth + 1)
+        if carries:
+            lhs = ", ".join(self.name(c) for c in carries)
+            rhs = ", ".join(self.name(v) for v in yielded[:n_carry])
+            self.lines.append(f"{pad}    {lhs} = {rhs}")
+        for y, v in zip(ys, yielded[n_carry:]):
+            self.lines.append(f"{pad}    {y}.append({self.name(v)})")
+        for r, c in zip(op.results[:n_carry], carries):
+            self.lines.append(f"{pad}{self.name(r)} = {self.name(c)}")
+        for r, y in zip(op.results[n_carry:], ys):
+            order = f"{y}[::-1]" if op.attrs.get("reverse") else y
+            self.lines.append(f"{pad}{self.name(r)} = np.stack({order})")
+        self.last_loc = None
+
+
+def _needs_dims(module: Module) -> dict[str, bool]:
+    """Functions that must be handed sizes their arguments' shapes cannot tell."""
+    memo: dict[str, bool] = {}
+
+    def needs(name: str) -> bool:
+        if name not in memo:
+            fn = module[name]
+            memo[name] = bool(set(_symbols(fn)) - set(_bindable(fn))) or any(
+                needs(op.attrs["callee"]) for op in fn.walk() if op.name == "call")
+        return memo[name]
+
+    return {name: needs(name) for name in module.functions}
+
+
+def emit_python(module: Module, fn_name: str, output_names: list[str] | None = None,
+                sources: dict[str, str] | None = None) -> str:
+    """The module as Python source; running it as a script runs `fn_name` on an .npz.
+
+    `output_names` label the results in the script's printout and its output .npz
+    (default ``out0``, ``out1``, ...); `sources` maps file names to their text for the
+    provenance comments (default: read from disk).
+    """
+    fn = module[fn_name]
+    fn_names, used = {}, set(RESERVED)
+    for name in module.functions:
+        base = sanitize(name)
+        py, k = base, 1
+        while py in used:
+            py, k = f"{base}_{k}", k + 1
+        used.add(py)
+        fn_names[name] = py
+    needs_dims = _needs_dims(module)
+    src = _Sources(sources)
+    out = [f'"""NumPy program for {fn_name}, emitted by adc.',
+           "",
+           f"Run it as: python THIS_FILE.py INPUTS.npz [OUT.npz] [DIM=SIZE ...]",
+           '"""',
+           "import numpy as np",
+           "",
+           "from adc_runtime.kernels import KERNELS as K",
+           ""]
+    for f in module.functions.values():
+        out += ["", *_FunctionEmitter(module, f, fn_names, needs_dims, src).emit(), ""]
+    names = output_names or [f"out{k}" for k in range(len(fn.result_types))]
+    dtypes = {a.name: NUMPY_DTYPE[a.type.dtype] for a in fn.args}
+    out += ["", 'if __name__ == "__main__":',
+            "    import sys",
+            "    if len(sys.argv) < 2:",
+            "        sys.exit(f\"usage: python {sys.argv[0]} INPUTS.npz [OUT.npz]\")",
+            "    data = np.load(sys.argv[1])",
+            f"    dtypes = {dtypes!r}",
+            "    inputs = {k: np.asarray(data[k], dtype=t) for k, t in dtypes.items()}",
+            "    dims = {k: int(v) for k, _, v in (a.partition('=') for a in sys.argv[2:])",
+            "            if _ == '='}",
+            "    outs = " + fn_names[fn_name] + "(*inputs.values()"
+            + (", dims=dims)" if needs_dims[fn_name] else ")"),
+            f"    names = {list(names)!r}",
+            "    for name, value in zip(names, outs):",
+            "        print(f\"{name}: shape {value.shape} {value.dtype}\")",
+            "        print(np.array2string(np.asarray(value), precision=6))",
+            "    saves = [a for a in sys.argv[2:] if '=' not in a]",
+            "    if saves:",
+            "        np.savez(saves[0], **dict(zip(names, outs)))",
+            ""]
+    return "\n".join(out)
