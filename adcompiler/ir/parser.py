@@ -22,10 +22,11 @@ from .types import TensorType
 _TERMINALS = {
     "VALUE": "a value (%name)", "FUNC_NAME": "a function name (@name)", "DTYPE": "a type",
     "OP_NAME": "an op name", "NAME": "a name", "DIM": "a dimension", "STRING": "a string",
-    "INT": "an integer", "FLOAT": "a float", "LPAR": "'('", "RPAR": "')'", "LSQB": "'['",
-    "RSQB": "']'", "LBRACE": "'{'", "RBRACE": "'}'", "COMMA": "','", "COLON": "':'",
-    "EQUAL": "'='", "CIRCUMFLEX": "'^'", "__ANON_0": "'->'", "$END": "end of input",
+    "INT": "an integer", "FLOAT": "a float", "$END": "end of input",
 }
+
+
+_EOF = "unexpected end of input"
 
 
 @lru_cache(maxsize=1)
@@ -39,7 +40,11 @@ def parse_module(text: str, filename: str = "<ir>") -> Module:
     try:
         tree = _lark().parse(text)
     except UnexpectedInput as e:
-        raise AdcError(_syntax_message(e, text), Loc(filename, e.line, e.column)) from None
+        message = _syntax_message(e, text)
+        if message == _EOF:  # lark points at the last token; the end of the text is clearer
+            lines = text.split("\n")
+            raise AdcError(message, Loc(filename, len(lines), len(lines[-1]) + 1)) from None
+        raise AdcError(message, Loc(filename, e.line, e.column)) from None
     return _Reader(filename).module(tree)
 
 
@@ -54,16 +59,21 @@ def parse_function(text: str, filename: str = "<ir>") -> Function:
 def _syntax_message(e: UnexpectedInput, text: str) -> str:
     if isinstance(e, UnexpectedCharacters):
         return f"unexpected character {text[e.pos_in_stream]!r}"
-    if isinstance(e, UnexpectedEOF) or getattr(e, "token", None) is not None and \
-            e.token.type == "$END":
-        return "unexpected end of input"
+    if isinstance(e, UnexpectedEOF) or e.token.type == "$END":
+        return _EOF
     msg = f"unexpected {e.token.value!r}"
-    expected = sorted({_TERMINALS.get(t, repr(t.lower())) for t in e.expected
-                       if not t.startswith("__")} | ({"'->'"} if "__ANON_0" in e.expected
-                                                      else set()))
-    if isinstance(e, UnexpectedToken) and expected and len(expected) <= 6:
+    expected = sorted({_describe(t) for t in e.expected})
+    if expected and len(expected) <= 6:
         msg += "; expected " + " or ".join(expected)
     return msg
+
+
+def _describe(terminal: str) -> str:
+    """A terminal as a user reads it: its literal text, or what it stands for."""
+    if terminal in _TERMINALS:
+        return _TERMINALS[terminal]
+    pattern = _lark().get_terminal(terminal).pattern
+    return repr(pattern.value) if pattern.type == "str" else terminal.lower()
 
 
 def _hint(token: Token) -> str | None:
