@@ -49,10 +49,7 @@ class _Checker:
 
     def fail(self, where, message: str) -> None:
         """Record a problem of `where` (an Op or a Function)."""
-        if isinstance(where, Op):
-            text = f"'{where.name}' op {message}"
-        else:
-            text = f"function @{where.name}: {message}"
+        text = f"'{where.name}' op {message}" if isinstance(where, Op) else message
         loc = where.loc if where.loc is not None else self.fn.loc
         self.errors.append(VerifyError(f"in @{self.fn.name}: {text}", loc))
 
@@ -60,6 +57,7 @@ class _Checker:
     def function(self, key: str, f: Function) -> None:
         self.fn = f
         self.defined: set[Value] = set()
+        self.open_blocks: list[Block] = []  # the block being checked and its enclosing ones
         if key != f.name:
             self.fail(f, f"is stored under the name '{key}'")
         names = set(f.arg_names)
@@ -80,6 +78,7 @@ class _Checker:
     def block(self, block: Block, visible: set[Value], terminator: str, owner) -> None:
         """Check `block`; `visible` holds the values of enclosing blocks (not modified)."""
         visible = set(visible)
+        self.open_blocks.append(block)
         for k, a in enumerate(block.args):
             self.define(a, block, k, owner)
             visible.add(a)
@@ -95,7 +94,8 @@ class _Checker:
                               f"and have no other terminator")
             for i, v in enumerate(op.operands):
                 if v not in visible:
-                    where = "later" if v in self.defined else "outside this scope"
+                    owner_block = v.owner.parent if isinstance(v.owner, Op) else None
+                    where = "later" if owner_block in self.open_blocks else "outside this scope"
                     self.fail(op, f"operand {i} ({v.name or 'unnamed'}: {v.type}) is "
                                   f"defined {where}; it does not dominate this use")
             for r in op.regions:
@@ -106,6 +106,7 @@ class _Checker:
                 self.define(r, op, k2, op)
                 visible.add(r)
             self.op(op)
+        self.open_blocks.pop()
 
     def define(self, v: Value, owner, index: int, where) -> None:
         if v in self.defined:
