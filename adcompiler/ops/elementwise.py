@@ -1,41 +1,243 @@
 """Elementwise ops: unary math, binary arithmetic, comparisons, `where`, `clip`.
 
 Rules return cotangents in the broadcast result shape; the reverse driver unbroadcasts.
+Integer and bool operands get no cotangent (``None``).
+
+Conventions at kinks and singular points (tests check each):
+
+* ``relu'(0) = 0``, ``abs'(0) = 0`` (through ``sign(0) = 0``), ``sign' = 0``;
+* ``leaky_relu'(x) = 1`` for ``x > 0`` else `slope`, so ``leaky_relu'(0) = slope`` (as PyTorch);
+* ``maximum``/``minimum`` give each of two tied arguments half the cotangent;
+* ``clip(x, lo, hi)`` passes the cotangent to `x` where ``lo <= x <= hi`` (bounds inclusive),
+  to `lo` where ``x < lo`` and to `hi` where ``x > hi``;
+* ``pow(a, b)``: ``d/da = b * a**(b-1)`` and ``d/db = log(a) * a**b`` with ``log(a)`` read as 0
+  where ``a == 0`` (as JAX), so ``0**b`` has a zero `b`-derivative; a negative base gives NaN
+  for ``d/db`` (the logarithm is undefined there);
+* ``round floor ceil sign`` and comparisons have derivative 0 (trait ``no_grad``).
 """
 from __future__ import annotations
 
-from ..ir.types import TensorType, broadcast_shapes, join_dtypes
+import math
+
 from ..diagnostics import ShapeError
+from ..ir.types import TensorType, broadcast_shapes, join_dtypes
 from .registry import Option, register
 
 EW = ("elementwise",)
+NO_GRAD = EW + ("no_grad",)
 
 
-def _same(types, attrs):
-    return types[0]
+# ---- type rules ----------------------------------------------------------------------
+
+def _float_unary(name):
+    def infer(types, attrs):
+        if not types[0].is_float:
+            raise ShapeError(f"{name} expects a float tensor, got {types[0]}")
+        return types[0]
+    return infer
 
 
-def _float_unary(types, attrs):
-    if not types[0].is_float:
-        raise ShapeError(f"expects a float tensor, got {types[0]}")
-    return types[0]
+def _numeric_unary(name):
+    def infer(types, attrs):
+        if types[0].dtype == "bool":
+            raise ShapeError(f"{name} expects a numeric tensor, got {types[0]}")
+        return types[0]
+    return infer
 
 
-def _broadcast(types, attrs):
-    return TensorType(join_dtypes(*(t.dtype for t in types)),
-                      broadcast_shapes(*(t.shape for t in types)))
+def _broadcast(name, *, float_result=False, result_dtype=None):
+    """Type rule of an op whose operands broadcast together (NumPy rules)."""
+    def infer(types, attrs):
+        try:
+            shape = broadcast_shapes(*(t.shape for t in types))
+            dtype = join_dtypes(*(t.dtype for t in types))
+        except ShapeError as e:
+            raise ShapeError(f"{name}: {e.message}") from None
+        if result_dtype is not None:
+            return TensorType(result_dtype, shape)
+        if dtype == "bool":
+            raise ShapeError(f"{name} expects numeric tensors, got "
+                             f"{' and '.join(map(str, types))}")
+        if float_result and dtype not in ("f16", "f32", "f64"):
+            raise ShapeError(f"{name} expects a float operand, got "
+                             f"{' and '.join(map(str, types))}; use cast")
+        return TensorType(dtype, shape)
+    return infer
+
+
+def _where(types, attrs):
+    if types[0].dtype != "bool":
+        raise ShapeError(f"where expects a bool condition, got {types[0]}")
+    try:
+        return TensorType(join_dtypes(types[1].dtype, types[2].dtype),
+                          broadcast_shapes(*(t.shape for t in types)))
+    except ShapeError as e:
+        raise ShapeError(f"where: {e.message}") from None
+
+
+# ---- rule helpers --------------------------------------------------------------------
+
+def _c(b, value, like):
+    """A scalar constant of `like`'s dtype."""
+    dtype = like.type.dtype
+    return b.const(value if like.type.is_float else int(value), dtype)
+
+
+def _unary_vjp(fn):
+    """Lift ``fn(b, x, y, g) -> dx`` (operand, result, cotangent) to a VJP rule."""
+    return lambda b, op, ct: [fn(b, op.operands[0], op.result, ct[0])]
+
+
+def _chain(fn):
+    """VJP rule ``g * fn(b, x, y)`` for a unary op with local derivative `fn`."""
+    return _unary_vjp(lambda b, x, y, g: b.emit("mul", g, fn(b, x, y)))
+
+
+def _gelu_deriv(b, x, y):
+    # gelu = 0.5 x (1 + t), t = tanh(k (x + a x^3)):
+    # gelu' = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 a x^2)
+    k, a = math.sqrt(2.0 / math.pi), 0.044715
+    x2 = b.emit("square", x)
+    u = b.emit("mul", b.emit("mul", _c(b, k, x), x),
+               b.emit("add", _c(b, 1.0, x), b.emit("mul", _c(b, a, x), x2)))
+    t = b.emit("tanh", u)
+    one = _c(b, 1.0, x)
+    left = b.emit("add", one, t)
+    du = b.emit("mul", _c(b, k, x), b.emit("add", one, b.emit("mul", _c(b, 3 * a, x), x2)))
+    right = b.emit("mul", b.emit("mul", x, b.emit("sub", one, b.emit("square", t))), du)
+    return b.emit("mul", _c(b, 0.5, x), b.emit("add", left, right))
 
 
 # ---- unary ---------------------------------------------------------------------------
 
-register("neg", _same, traits=EW + ("linear",), vjp=lambda b, op, ct: [b.emit("neg", ct[0])])
-register("exp", _float_unary, traits=EW,
-         vjp=lambda b, op, ct: [b.emit("mul", ct[0], op.result)])
+UNARY_VJPS = {
+    "exp": _chain(lambda b, x, y: y),
+    "log": _unary_vjp(lambda b, x, y, g: b.emit("div", g, x)),
+    "log1p": _unary_vjp(lambda b, x, y, g: b.emit("div", g, b.emit("add", x, _c(b, 1.0, x)))),
+    "expm1": _chain(lambda b, x, y: b.emit("add", y, _c(b, 1.0, y))),
+    "sqrt": _unary_vjp(lambda b, x, y, g: b.emit("div", g, b.emit("mul", y, _c(b, 2.0, y)))),
+    # rsqrt' = -x^(-3/2) / 2 = -y^3 / 2
+    "rsqrt": _chain(lambda b, x, y: b.emit("mul", _c(b, -0.5, y),
+                                           b.emit("mul", y, b.emit("square", y)))),
+    "abs": _chain(lambda b, x, y: b.emit("sign", x)),
+    "sin": _chain(lambda b, x, y: b.emit("cos", x)),
+    "cos": _chain(lambda b, x, y: b.emit("neg", b.emit("sin", x))),
+    "tanh": _chain(lambda b, x, y: b.emit("sub", _c(b, 1.0, y), b.emit("square", y))),
+    "sigmoid": _chain(lambda b, x, y: b.emit("mul", y, b.emit("sub", _c(b, 1.0, y), y))),
+    "relu": _unary_vjp(lambda b, x, y, g: b.emit(
+        "where", b.emit("gt", x, _c(b, 0.0, x)), g, _c(b, 0.0, g))),
+    "gelu": _chain(_gelu_deriv),
+    # softplus' = sigmoid, which the sigmoid kernel computes stably
+    "softplus": _chain(lambda b, x, y: b.emit("sigmoid", x)),
+    "square": _chain(lambda b, x, y: b.emit("mul", x, _c(b, 2.0, x))),
+    "reciprocal": _chain(lambda b, x, y: b.emit("neg", b.emit("square", y))),
+}
+
+register("neg", _numeric_unary("neg"), traits=EW + ("linear",),
+         vjp=lambda b, op, ct: [b.emit("neg", ct[0]) if op.operands[0].type.is_float else None])
+for _name, _vjp in UNARY_VJPS.items():
+    register(_name, _float_unary(_name), traits=EW, vjp=_vjp)
+register("sign", _float_unary("sign"), traits=NO_GRAD)
+for _name in ("round", "floor", "ceil"):
+    register(_name, _numeric_unary(_name), traits=NO_GRAD)
+
+
+def _leaky_relu_vjp(b, op, ct):
+    x, g = op.operands[0], ct[0]
+    slope = b.emit("mul", g, _c(b, op.attrs["slope"], g))
+    return [b.emit("where", b.emit("gt", x, _c(b, 0.0, x)), g, slope)]
+
+
+register("leaky_relu", _float_unary("leaky_relu"), options=(Option("slope", "float", 0.01),),
+         traits=EW, vjp=_leaky_relu_vjp)
+
+
+def _clip_vjp(b, op, ct):
+    x, lo, hi = op.operands
+    g, zero = ct[0], _c(b, 0.0, ct[0])
+    below, above = b.emit("lt", x, lo), b.emit("gt", x, hi)
+    return [b.emit("where", below, zero, b.emit("where", above, zero, g))
+            if x.type.is_float else None,
+            b.emit("where", below, g, zero) if lo.type.is_float else None,
+            b.emit("where", above, g, zero) if hi.type.is_float else None]
+
+
+register("clip", _broadcast("clip"), operands=("x", "lo", "hi"), traits=EW, vjp=_clip_vjp)
 
 # ---- binary --------------------------------------------------------------------------
 
-register("add", _broadcast, operands=("a", "b"), traits=EW + ("linear", "commutative"),
-         vjp=lambda b, op, ct: [ct[0], ct[0]])
-register("mul", _broadcast, operands=("a", "b"), traits=EW + ("commutative",),
-         vjp=lambda b, op, ct: [b.emit("mul", ct[0], op.operands[1]),
-                                b.emit("mul", ct[0], op.operands[0])])
+
+def _binary_vjp(da, db):
+    """VJP rule from ``da(b, a, bb, y, g)`` and ``db(...)``; skipped for non-float operands."""
+    def vjp(b, op, ct):
+        a, bb = op.operands
+        args = (b, a, bb, op.result, ct[0])
+        return [da(*args) if a.type.is_float else None,
+                db(*args) if bb.type.is_float else None]
+    return vjp
+
+
+def _pow_db(b, a, bb, y, g):
+    # log(a) read as 0 at a == 0, so 0**b contributes nothing to d/db (and no NaN)
+    safe = b.emit("where", b.emit("eq", a, _c(b, 0.0, a)), _c(b, 1.0, a), a)
+    return b.emit("mul", g, b.emit("mul", y, b.emit("log", safe)))
+
+
+def _pow_da(b, a, bb, y, g):
+    pw = b.emit("pow", a, b.emit("sub", bb, _c(b, 1.0, bb)))
+    return b.emit("mul", g, b.emit("mul", bb, pw))
+
+
+def _tie_weight(b, a, bb, y, wins):
+    """Share of the cotangent owed to `a` in maximum/minimum: 1 if it `wins`, 0.5 on a tie."""
+    one, half, zero = _c(b, 1.0, y), _c(b, 0.5, y), _c(b, 0.0, y)
+    tie = b.emit("where", b.emit("eq", a, bb), half, zero)
+    return b.emit("where", b.emit(wins, a, bb), one, tie)
+
+
+def _extremum_vjp(wins):
+    def vjp(b, op, ct):
+        a, bb = op.operands
+        g = ct[0]
+        w = _tie_weight(b, a, bb, op.result, wins)
+        return [b.emit("mul", g, w) if a.type.is_float else None,
+                b.emit("mul", g, b.emit("sub", _c(b, 1.0, w), w)) if bb.type.is_float else None]
+    return vjp
+
+
+_first = lambda b, a, bb, y, g: g  # noqa: E731
+BINARY = {
+    "add": (("linear", "commutative"), _binary_vjp(_first, lambda b, a, bb, y, g: g)),
+    "sub": (("linear",), _binary_vjp(_first, lambda b, a, bb, y, g: b.emit("neg", g))),
+    "mul": (("commutative",), _binary_vjp(lambda b, a, bb, y, g: b.emit("mul", g, bb),
+                                          lambda b, a, bb, y, g: b.emit("mul", g, a))),
+    # d/db (a / b) = -(a / b) / b = -y / b
+    "div": ((), _binary_vjp(lambda b, a, bb, y, g: b.emit("div", g, bb),
+                            lambda b, a, bb, y, g: b.emit(
+                                "neg", b.emit("div", b.emit("mul", g, y), bb)))),
+    "pow": ((), _binary_vjp(_pow_da, _pow_db)),
+    "maximum": (("commutative",), _extremum_vjp("gt")),
+    "minimum": (("commutative",), _extremum_vjp("lt")),
+}
+
+for _name, (_traits, _vjp) in BINARY.items():
+    register(_name, _broadcast(_name, float_result=_name in ("div", "pow")),
+             operands=("a", "b"), traits=EW + _traits, vjp=_vjp)
+
+# ---- comparisons and where -----------------------------------------------------------
+
+for _name in ("lt", "le", "gt", "ge", "eq", "ne"):
+    register(_name, _broadcast(_name, result_dtype="bool"), operands=("a", "b"),
+             traits=NO_GRAD + (("commutative",) if _name in ("eq", "ne") else ()))
+
+
+def _where_vjp(b, op, ct):
+    cond, a, bb = op.operands
+    g = ct[0]
+    zero = _c(b, 0.0, g)
+    return [None,
+            b.emit("where", cond, g, zero) if a.type.is_float else None,
+            b.emit("where", cond, zero, g) if bb.type.is_float else None]
+
+
+register("where", _where, operands=("cond", "a", "b"), traits=EW, vjp=_where_vjp)

@@ -1,6 +1,12 @@
-"""Reductions (`sum mean max min logsumexp var`) and `sum_to`, the unbroadcast op."""
+"""Reductions (`sum mean max min logsumexp var`) and `sum_to`, the unbroadcast op.
+
+Each reduction takes ``axis`` (None: all axes; an int or a list of ints, negative allowed)
+and ``keepdims``. Conventions: ``max``/``min`` split the cotangent equally among the
+elements tied for the extremum; ``var`` is the population variance (divides by N).
+"""
 from __future__ import annotations
 
+from ..diagnostics import ShapeError
 from ..ir.types import TensorType, normalize_axis
 from .registry import Option, register
 
@@ -13,7 +19,10 @@ def reduced_axes(rank: int, axis) -> tuple[int, ...]:
         return tuple(range(rank))
     if isinstance(axis, int):
         axis = (axis,)
-    return tuple(sorted({normalize_axis(a, rank) for a in axis}))
+    axes = [normalize_axis(a, rank) for a in axis]
+    if len(set(axes)) != len(axes):
+        raise ShapeError(f"axis {list(axis)} names an axis twice")
+    return tuple(sorted(axes)) if rank else ()
 
 
 def reduce_type(t: TensorType, axis, keepdims: bool) -> TensorType:
@@ -23,20 +32,98 @@ def reduce_type(t: TensorType, axis, keepdims: bool) -> TensorType:
     return t.with_shape(d for k, d in enumerate(t.shape) if k not in axes)
 
 
-def _reduce(types, attrs):
-    return reduce_type(types[0], attrs["axis"], attrs["keepdims"])
+def _reduce(name, kind):
+    """Type rule: `kind` is "numeric" (no bool), "float" or "any"."""
+    def infer(types, attrs):
+        t = types[0]
+        if kind == "float" and not t.is_float:
+            raise ShapeError(f"{name} expects a float tensor, got {t}")
+        if kind == "numeric" and t.dtype == "bool":
+            raise ShapeError(f"{name} expects a numeric tensor, got {t}")
+        try:
+            return reduce_type(t, attrs["axis"], attrs["keepdims"])
+        except ShapeError as e:
+            raise ShapeError(f"{name}: {e.message}") from None
+    return infer
+
+
+def _sum_type(types, attrs):
+    # summing a bool mask counts its true elements
+    t = _reduce("sum", "any")(types, attrs)
+    return t.with_dtype("i64") if t.dtype == "bool" else t
+
+
+# ---- rule helpers --------------------------------------------------------------------
+
+def keep_dims(b, v, op):
+    """`v` (shaped like the reduction's result) reshaped to the keepdims form."""
+    if op.attrs["keepdims"]:
+        return v
+    x = op.operands[0]
+    return b.emit("reshape", v, shape=reduce_type(x.type, op.attrs["axis"], True).shape)
 
 
 def expand_back(b, ct, op):
     """Broadcast a reduction's cotangent `ct` back to the shape of the op's operand."""
+    return b.emit("broadcast_to", keep_dims(b, ct, op), shape=op.operands[0].type.shape)
+
+
+def count(b, op):
+    """The number of elements each output of reduction `op` reduces, as a scalar of the
+    operand's dtype (counted at run time when a reduced dimension is symbolic)."""
     x = op.operands[0]
-    if not op.attrs["keepdims"]:
-        ct = b.emit("reshape", ct, shape=reduce_type(x.type, op.attrs["axis"], True).shape)
-    return b.emit("broadcast_to", ct, shape=x.type.shape)
+    dims = [x.type.shape[k] for k in reduced_axes(x.type.rank, op.attrs["axis"])]
+    if all(isinstance(d, int) for d in dims):
+        n = 1
+        for d in dims:
+            n *= d
+        return b.const(float(n), x.type.dtype)
+    return b.emit("sum", b.emit("ones", shape=dims, dtype=x.type.dtype))
 
 
-register("sum", _reduce, options=AXIS_OPTIONS, traits=("reduction", "linear"),
-         vjp=lambda b, op, ct: [expand_back(b, ct[0], op)])
+def _mean_vjp(b, op, ct):
+    return [b.emit("div", expand_back(b, ct[0], op), count(b, op))]
+
+
+def _extremum_vjp(b, op, ct):
+    # each element equal to the extremum gets ct / (number of such elements)
+    x = op.operands[0]
+    one, zero = b.const(1.0, x.type.dtype), b.const(0.0, x.type.dtype)
+    hit = b.emit("where", b.emit("eq", x, keep_dims(b, op.result, op)), one, zero)
+    ties = b.emit("sum", hit, axis=op.attrs["axis"], keepdims=True)
+    return [b.emit("mul", b.emit("div", hit, ties), keep_dims(b, ct[0], op))]
+
+
+def _logsumexp_vjp(b, op, ct):
+    x = op.operands[0]
+    p = b.emit("exp", b.emit("sub", x, keep_dims(b, op.result, op)))
+    return [b.emit("mul", p, keep_dims(b, ct[0], op))]
+
+
+def _var_vjp(b, op, ct):
+    x = op.operands[0]
+    centered = b.emit("sub", x, b.emit("mean", x, axis=op.attrs["axis"], keepdims=True))
+    scale = b.emit("div", b.const(2.0, x.type.dtype), count(b, op))
+    return [b.emit("mul", b.emit("mul", centered, scale), keep_dims(b, ct[0], op))]
+
+
+def _float_only(rule):
+    """Skip the rule for integer operands, which get no cotangent."""
+    return lambda b, op, ct: rule(b, op, ct) if op.operands[0].type.is_float else [None]
+
+
+register("sum", _sum_type, options=AXIS_OPTIONS, traits=("reduction", "linear"),
+         vjp=_float_only(lambda b, op, ct: [expand_back(b, ct[0], op)]))
+register("mean", _reduce("mean", "float"), options=AXIS_OPTIONS,
+         traits=("reduction", "linear"), vjp=_mean_vjp)
+register("max", _reduce("max", "numeric"), options=AXIS_OPTIONS, traits=("reduction",),
+         vjp=_float_only(_extremum_vjp))
+register("min", _reduce("min", "numeric"), options=AXIS_OPTIONS, traits=("reduction",),
+         vjp=_float_only(_extremum_vjp))
+register("logsumexp", _reduce("logsumexp", "float"), options=AXIS_OPTIONS,
+         traits=("reduction",), vjp=_logsumexp_vjp)
+register("var", _reduce("var", "float"), options=AXIS_OPTIONS, traits=("reduction",),
+         vjp=_var_vjp)
 
 
 def _sum_to(types, attrs):

@@ -1,22 +1,103 @@
-"""Kernels of elementwise ops."""
+"""Kernels of elementwise ops.
+
+Results keep the operands' float dtype: constants are Python scalars (weakly typed under
+NumPy 2 and CuPy, so they never widen an f32 array), and an integer operand that meets a
+float one is converted to that float dtype first.
+"""
+import math
+
 from . import kernel
 
-
-@kernel("neg")
-def neg(xp, x):
-    return -x
+GELU_K = math.sqrt(2.0 / math.pi)
 
 
-@kernel("exp")
-def exp(xp, x):
-    return xp.exp(x)
+def _promote(xp, *arrays):
+    """Convert integer/bool arrays to the float dtype of the others, if there is one."""
+    floats = [a.dtype for a in arrays if a.dtype.kind == "f"]
+    if not floats:
+        return arrays
+    return tuple(a if a.dtype.kind == "f" else a.astype(floats[0]) for a in arrays)
 
 
-@kernel("add")
-def add(xp, a, b):
-    return a + b
+for _name, _fn in {
+    "neg": lambda xp, x: -x,
+    "exp": lambda xp, x: xp.exp(x),
+    "log": lambda xp, x: xp.log(x),
+    "log1p": lambda xp, x: xp.log1p(x),
+    "expm1": lambda xp, x: xp.expm1(x),
+    "sqrt": lambda xp, x: xp.sqrt(x),
+    "rsqrt": lambda xp, x: 1 / xp.sqrt(x),
+    "abs": lambda xp, x: xp.abs(x),
+    "sign": lambda xp, x: xp.sign(x),
+    "sin": lambda xp, x: xp.sin(x),
+    "cos": lambda xp, x: xp.cos(x),
+    "tanh": lambda xp, x: xp.tanh(x),
+    "relu": lambda xp, x: xp.maximum(x, 0),
+    "square": lambda xp, x: x * x,
+    "reciprocal": lambda xp, x: 1 / x,
+    # rounding an integer tensor is the identity (xp.floor would return floats)
+    "round": lambda xp, x: xp.round(x) if x.dtype.kind == "f" else x,
+    "floor": lambda xp, x: xp.floor(x) if x.dtype.kind == "f" else x,
+    "ceil": lambda xp, x: xp.ceil(x) if x.dtype.kind == "f" else x,
+}.items():
+    kernel(_name)(_fn)
 
 
-@kernel("mul")
-def mul(xp, a, b):
-    return a * b
+@kernel("sigmoid")
+def sigmoid(xp, x):
+    # exp(-|x|) <= 1 never overflows: 1/(1+e) for x >= 0, e/(1+e) for x < 0
+    e = xp.exp(-xp.abs(x))
+    return xp.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
+@kernel("softplus")
+def softplus(xp, x):
+    # log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)), finite for any finite x
+    return xp.maximum(x, 0) + xp.log1p(xp.exp(-xp.abs(x)))
+
+
+@kernel("gelu")
+def gelu(xp, x):
+    return 0.5 * x * (1 + xp.tanh(GELU_K * (x + 0.044715 * x * x * x)))
+
+
+@kernel("leaky_relu")
+def leaky_relu(xp, x, slope=0.01):
+    return xp.where(x > 0, x, x * slope)
+
+
+@kernel("clip")
+def clip(xp, x, lo, hi):
+    x, lo, hi = _promote(xp, x, lo, hi)
+    return xp.minimum(xp.maximum(x, lo), hi)
+
+
+def _arith(fn):
+    return lambda xp, a, b: fn(xp, *_promote(xp, a, b))
+
+
+for _name, _fn in {
+    "add": lambda xp, a, b: a + b,
+    "sub": lambda xp, a, b: a - b,
+    "mul": lambda xp, a, b: a * b,
+    "div": lambda xp, a, b: a / b,
+    "pow": lambda xp, a, b: xp.power(a, b),
+    "maximum": lambda xp, a, b: xp.maximum(a, b),
+    "minimum": lambda xp, a, b: xp.minimum(a, b),
+}.items():
+    kernel(_name)(_arith(_fn))
+
+for _name, _fn in {
+    "lt": lambda xp, a, b: xp.less(a, b),
+    "le": lambda xp, a, b: xp.less_equal(a, b),
+    "gt": lambda xp, a, b: xp.greater(a, b),
+    "ge": lambda xp, a, b: xp.greater_equal(a, b),
+    "eq": lambda xp, a, b: xp.equal(a, b),
+    "ne": lambda xp, a, b: xp.not_equal(a, b),
+}.items():
+    kernel(_name)(_fn)
+
+
+@kernel("where")
+def where(xp, cond, a, b):
+    return xp.where(cond, *_promote(xp, a, b))

@@ -2,13 +2,46 @@
 from . import kernel
 
 
-def _axis(axis):
+def _axis(x, axis):
+    """`axis` as the array module takes it; a 0-d array has nothing to reduce over."""
+    if x.ndim == 0:
+        return None
     return tuple(axis) if isinstance(axis, (list, tuple)) else axis
 
 
 @kernel("sum")
 def sum_(xp, x, axis=None, keepdims=False):
-    return xp.sum(x, axis=_axis(axis), keepdims=keepdims)
+    return xp.sum(x, axis=_axis(x, axis), keepdims=keepdims)
+
+
+@kernel("mean")
+def mean(xp, x, axis=None, keepdims=False):
+    return xp.mean(x, axis=_axis(x, axis), keepdims=keepdims)
+
+
+@kernel("max")
+def max_(xp, x, axis=None, keepdims=False):
+    return xp.max(x, axis=_axis(x, axis), keepdims=keepdims)
+
+
+@kernel("min")
+def min_(xp, x, axis=None, keepdims=False):
+    return xp.min(x, axis=_axis(x, axis), keepdims=keepdims)
+
+
+@kernel("var")
+def var(xp, x, axis=None, keepdims=False):
+    return xp.var(x, axis=_axis(x, axis), keepdims=keepdims)  # population: ddof = 0
+
+
+@kernel("logsumexp")
+def logsumexp(xp, x, axis=None, keepdims=False):
+    # subtract the max so exp never overflows; an all -inf (or inf) slice uses shift 0
+    axis = _axis(x, axis)
+    m = xp.max(x, axis=axis, keepdims=True)
+    m = xp.where(xp.isfinite(m), m, 0)
+    out = xp.log(xp.sum(xp.exp(x - m), axis=axis, keepdims=True)) + m
+    return out if keepdims else xp.squeeze(out, axis=axis)
 
 
 @kernel("sum_to")
