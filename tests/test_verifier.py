@@ -53,6 +53,12 @@ def test_unknown_option():
           "in @f: 'neg' op neg has no option 'k' (options: none)")
 
 
+def test_annotation_attrs_are_not_options():
+    text = f'func @f(%x: f32[2]) -> (f32[2]) {{\n%y = neg(%x) {{recompute = true}} : f32[2]\n' \
+           f'return(%y)\n}}'
+    verify(parse_module(text))
+
+
 def test_result_type_must_match_type_rule():
     check(f"%y = add(%x, %x) : f64[2] {L2}\nreturn(%x)",
           "in @f: 'add' op has result types (f64[2]) but its type rule gives (f32[2])")

@@ -30,7 +30,7 @@ INDENT = "  "
 
 
 def _quote(s: str) -> str:
-    return json.dumps(s)
+    return json.dumps(s, ensure_ascii=False)
 
 
 def format_type(t: TensorType) -> str:

@@ -19,6 +19,9 @@ from .core import Block, Function, Module, Op, Value
 from .types import TensorType
 
 STRUCTURAL = ("call", "for", "yield", "return")
+# Attributes any op may carry besides its options: scheduling marks that passes add and
+# type rules ignore (e.g. ops that rematerialization recomputes).
+ANNOTATION_ATTRS = {"recompute"}
 
 
 class VerifyError(AdcError):
@@ -135,18 +138,19 @@ class _Checker:
         if not opdef.variadic and len(op.operands) != len(opdef.operands):
             self.fail(op, f"takes {len(opdef.operands)} operands, got {len(op.operands)}")
             return
+        attrs = {k: v for k, v in op.attrs.items() if k not in ANNOTATION_ATTRS}
         try:
-            complete = opdef.complete_attrs(dict(op.attrs))
+            complete = opdef.complete_attrs(attrs)
         except AdcError as e:
             self.fail(op, e.message)
             return
-        missing = [k for k in complete if k not in op.attrs]
+        missing = [k for k in complete if k not in attrs]
         if missing:
             self.fail(op, f"lacks the option{'s' if len(missing) > 1 else ''} "
                           f"{', '.join(missing)} (defaults must be filled in)")
             return
         try:
-            inferred = opdef.infer([v.type for v in op.operands], op.attrs)
+            inferred = opdef.infer([v.type for v in op.operands], attrs)
         except AdcError as e:
             self.fail(op, f"is ill-typed: {e.message}")
             return
