@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from adcompiler.diagnostics import AdcError, Loc
 from adcompiler.ir.builder import Builder
@@ -305,3 +306,29 @@ def test_unknown_ops_parse_without_type_inference():
 }""")["f"]
     assert f.body.ops[0].results[0].type == t("i32", 7, "K")
     assert f.body.ops[1].results[0].type == t("f64")
+
+
+# ---- property: any attribute value and any name hint round-trips ----------------------
+
+_scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8)
+_attr_values = st.recursive(
+    _scalars, lambda inner: st.lists(inner, max_size=3) | st.tuples(inner)
+    | st.lists(inner, max_size=3).map(tuple) | st.dictionaries(st.text(max_size=4), inner,
+                                                               max_size=2),
+    max_leaves=8)
+
+
+@settings(max_examples=150, deadline=None)
+@given(attrs=st.dictionaries(st.text(min_size=1, max_size=6), _attr_values, max_size=4),
+       hints=st.lists(st.none() | st.text(min_size=1, max_size=5), min_size=3, max_size=3))
+def test_random_attrs_and_hints_round_trip(attrs, hints):
+    body = Block([t("f32", "N")], [hints[0]])
+    f = Function("p", body, [t("f32", "N")], attrs=dict(attrs))
+    op = body.append(Op("probe", [body.args[0]], [t("f32", "N"), t("i64")], attrs,
+                        result_names=hints[1:]))
+    body.append(Op("return", [op.results[0]], []))
+    m = Module({"p": f})
+    text = print_module(m)
+    parsed = parse_module(text)
+    assert print_module(parsed) == text
+    assert_same_module(m, parsed)
