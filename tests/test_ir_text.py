@@ -212,7 +212,10 @@ def test_value_names_keep_hints_and_are_unique():
 
 def test_print_function_and_print_op():
     m = call_module()
-    assert print_function(m["main"]) + "\n" + print_function(m["pair"]) != ""
+    assert print_module(m) == "\n".join(print_function(f) for f in m.functions.values())
+    assert print_function(m["pair_grad"]).startswith(
+        'func @pair_grad(%x: f64[N], %e: f64[N], %s: f64[], %de: f64[N], %ds: f64[]) -> (f64[N]) '
+        'attributes {grad_of = "pair"} loc("model.tdsl":4:1) {\n')
     f = parse_function(print_function(m["pair"]))
     assert f.name == "pair" and f.loc == Loc(F, 1, 1)
     op = m["main"].body.ops[0]
