@@ -278,6 +278,7 @@ def _error(text: str) -> AdcError:
     ("func @f() -> () {\n  g() {a = 1, a = 2}\n  return()\n}", 2, 15,
      "attribute 'a' is given twice"),
     ("func @f() -> () {\n  return() $\n}", 2, 12, "unexpected character '$'"),
+    ("func @f() -> () {\n  return() {a = \"x\\q\"}\n}", 2, 17, 'bad string "x\\q"'),
     ("func @f() -> () {\n  return()\n", 3, 1, "unexpected end of input"),
     ("func @f() -> () {\n return()\n}\nfunc @f() -> () {\n return()\n}", 4, 6,
      "function @f is already defined"),

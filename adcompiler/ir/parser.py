@@ -76,21 +76,6 @@ def _describe(terminal: str) -> str:
     return repr(pattern.value) if pattern.type == "str" else terminal.lower()
 
 
-def _hint(token: Token) -> str | None:
-    """The name hint written in a value token: ``%x.2`` -> "x", ``%"a b"`` -> "a b", ``%3`` -> None."""
-    body = token.value[1:]
-    if body.isdigit():
-        return None
-    if body.startswith('"'):
-        end = body.rindex('"')
-        return json.loads(body[:end + 1])
-    return body.split(".", 1)[0]
-
-
-def _str(token: Token) -> str:
-    return json.loads(token.value)
-
-
 def _type(tree: Tree) -> TensorType:
     dtype, *dims = tree.children
     return TensorType(dtype.value, tuple(int(d) if d.value.isdigit() else d.value
@@ -104,6 +89,15 @@ class _Reader:
         self.filename = filename
         self.scopes: list[dict[str, Value]] = []
 
+    def hint(self, token: Token) -> str | None:
+        """The name hint of a value token: ``%x.2`` -> "x", ``%"a b"`` -> "a b", ``%3`` -> None."""
+        body = token.value[1:]
+        if body.isdigit():
+            return None
+        if body.startswith('"'):
+            return self.string(token, body[:body.rindex('"') + 1])
+        return body.split(".", 1)[0]
+
     def loc_of(self, token: Token) -> Loc:
         return Loc(self.filename, token.line, token.column)
 
@@ -115,7 +109,7 @@ class _Reader:
         for scope in self.scopes:
             if token.value in scope:
                 raise self.error(f"value {token.value} is already defined", token)
-        v = make(type, _hint(token))
+        v = make(type, self.hint(token))
         self.scopes[-1][token.value] = v
         return v
 
@@ -139,7 +133,7 @@ class _Reader:
     def function(self, tree: Tree) -> Function:
         name_tok = tree.children[0]
         raw = name_tok.value[1:]
-        name = _str_token(raw)
+        name = self.string(name_tok, raw) if raw.startswith('"') else raw
         args = [c for c in tree.children if isinstance(c, Tree) and c.data == "func_arg"]
         types = [_type(c) for c in tree.children if isinstance(c, Tree) and c.data == "type"]
         attrs_tree = _child(tree, "func_attrs")
@@ -175,7 +169,7 @@ class _Reader:
                              f"{len(types)} result types", name_tok)
         regions = [self.region(c) for c in rest if isinstance(c, Tree) and c.data == "region"]
         op = Op(name_tok.value, operands, types, attrs, regions,
-                self.loc(_child(tree, "loc")), [_hint(t) for t in result_toks])
+                self.loc(_child(tree, "loc")), [self.hint(t) for t in result_toks])
         for tok, v in zip(result_toks, op.results):
             self.define(tok, v.type, lambda t, h, v=v: v)
         return op
@@ -195,7 +189,7 @@ class _Reader:
         if tree is None:
             return None
         file, line, col = tree.children
-        return Loc(_str(file), int(line), int(col))
+        return Loc(self.string(file), int(line), int(col))
 
     # -- attributes --------------------------------------------------------------------
     def attr_dict(self, tree: Tree) -> dict:
@@ -204,40 +198,40 @@ class _Reader:
             if a is None:
                 continue
             key_tok, value = a.children
-            key = _str(key_tok) if key_tok.type == "STRING" else key_tok.value
+            key = self.string(key_tok) if key_tok.type == "STRING" else key_tok.value
             if key in out:
                 raise self.error(f"attribute '{key}' is given twice", key_tok)
             out[key] = self.value(value)
         return out
 
-    def value(self, v):
-        if isinstance(v, Token):  # only reached for single-token alternatives via aliases
-            raise AssertionError(v)
-        kind, items = v.data, [c for c in v.children if c is not None]
+    def value(self, v: Tree):
+        items = [c for c in v.children if c is not None]
+        kind = v.data
+        if kind in _SCALARS:
+            return _SCALARS[kind]
         if kind == "int":
             return int(items[0])
         if kind == "float":
             return float(items[0])
         if kind == "string":
-            return _str(items[0])
-        if kind == "true":
-            return True
-        if kind == "false":
-            return False
-        if kind == "none":
-            return None
+            return self.string(items[0])
         if kind == "list":
             return [self.value(c) for c in items]
         if kind == "tuple":
             return tuple(self.value(c) for c in items)
-        if kind == "dict":
-            return {_str(e.children[0]): self.value(e.children[1]) for e in items}
-        raise AssertionError(kind)
+        assert kind == "dict", kind
+        return {self.string(e.children[0]): self.value(e.children[1]) for e in items}
+
+    def string(self, token: Token, text: str | None = None) -> str:
+        """The value of a quoted string (JSON escapes); `text` if only part of `token`."""
+        try:
+            return json.loads(token.value if text is None else text)
+        except ValueError:
+            raise self.error(f"bad string {token.value}", token) from None
+
+
+_SCALARS = {"true": True, "false": False, "none": None}
 
 
 def _child(tree: Tree, data: str) -> Tree | None:
     return next((c for c in tree.children if isinstance(c, Tree) and c.data == data), None)
-
-
-def _str_token(raw: str) -> str:
-    return json.loads(raw) if raw.startswith('"') else raw
