@@ -16,6 +16,7 @@ driver applies the table to a fixed point. It is generic:
 """
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
@@ -129,8 +130,8 @@ def bound(name: str) -> Rewrite:
 
 
 def _re_emit(name: str) -> Rewrite:
-    """``name(name(x))`` -> ``name(x)`` with the outer op's result shape."""
-    return lambda b, m: b.emit(name, m["x"], shape=m["op"].result.type.shape)
+    """``name(name(x))`` -> ``name(x)`` with the outer op's shape option."""
+    return lambda b, m: b.emit(name, m["x"], shape=copy.deepcopy(m["op"].attrs["shape"]))
 
 
 def _perm(op: Op) -> list[int]:

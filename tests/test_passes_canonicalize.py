@@ -1,0 +1,180 @@
+"""Canonicalization: each pattern on golden IR text, the type guard and the fixed point."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from adcompiler.ir.parser import parse_module
+from adcompiler.ir.printer import print_module
+from adcompiler.ops.registry import REGISTRY
+from adcompiler.passes import run_pipeline
+from adcompiler.passes.canonicalize import PATTERNS, P, Pattern, bound, pattern_table
+
+
+def needs(*ops):
+    missing = [o for o in ops if o not in REGISTRY]
+    return pytest.mark.skipif(bool(missing), reason=f"ops not registered: {missing}")
+
+
+def canon(body: str, args: str = "%x: f32[3]", result: str = "f32[3]") -> str:
+    """Canonicalize ``@f(args) -> (result) {body}`` and return the printed body."""
+    text = f"func @f({args}) -> ({result}) {{\n{body}}}\n"
+    m = parse_module(text)
+    out = run_pipeline(m, "canonicalize", verify=True)
+    assert print_module(m) == text  # the input is untouched
+    lines = print_module(out).splitlines()
+    return "\n".join(lines[1:-1]) + "\n"
+
+
+ZERO = '  %z = const() {value = 0.0, dtype = "f32"} : f32[]\n'
+ONE = '  %o = const() {value = 1.0, dtype = "f32"} : f32[]\n'
+
+
+@pytest.mark.parametrize("expr", ["add(%x, %z)", "add(%z, %x)", "mul(%x, %o)", "mul(%o, %x)"])
+def test_identity_arithmetic_folds_to_x(expr):
+    body = ZERO + ONE + f"  %y = {expr} : f32[3]\n  return(%y)\n"
+    assert canon(body) == "  return(%x)\n"
+
+
+@needs("sub", "div")
+@pytest.mark.parametrize("expr", ["sub(%x, %z)", "div(%x, %o)"])
+def test_sub_zero_and_div_one_fold_to_x(expr):
+    body = ZERO + ONE + f"  %y = {expr} : f32[3]\n  return(%y)\n"
+    assert canon(body) == "  return(%x)\n"
+
+
+@needs("sub")
+def test_zero_minus_x_is_kept():
+    body = ZERO + "  %y = sub(%z, %x) : f32[3]\n  return(%y)\n"
+    assert canon(body) == body
+
+
+def test_zeros_tensors_and_integer_zero_count_as_zero():
+    body = ('  %z = zeros() {shape = [3], dtype = "f32"} : f32[3]\n'
+            '  %k = const() {value = 0, dtype = "i64"} : i64[]\n'
+            "  %y = add(%x, %z) : f32[3]\n  %y2 = add(%k, %y) : f32[3]\n  return(%y2)\n")
+    assert canon(body) == "  return(%x)\n"
+
+
+def test_a_zero_that_broadcasts_x_is_kept():
+    body = ('  %z = zeros() {shape = [2, 3], dtype = "f32"} : f32[2, 3]\n'
+            "  %y = add(%x, %z) : f32[2, 3]\n  return(%y)\n")
+    assert canon(body, result="f32[2, 3]") == body
+
+
+def test_a_one_that_changes_the_dtype_is_kept():
+    body = ('  %o = const() {value = 1.0, dtype = "f32"} : f32[]\n'
+            "  %y = mul(%x, %o) : f32[3]\n  return(%y)\n")
+    assert canon(body, args="%x: i64[3]") == body
+
+
+def test_x_times_zero_is_not_folded():
+    body = ZERO + "  %y = mul(%x, %z) : f32[3]\n  return(%y)\n"
+    assert canon(body) == body
+
+
+def test_double_negation_and_fixed_point():
+    body = (ZERO + ONE + "  %a = neg(%x) : f32[3]\n  %b = neg(%a) : f32[3]\n"
+            "  %c = add(%b, %z) : f32[3]\n  %d = mul(%o, %c) : f32[3]\n"
+            "  %e = exp(%d) : f32[3]\n  return(%e)\n")
+    assert canon(body) == "  %e = exp(%x) : f32[3]\n  return(%e)\n"
+
+
+def test_shape_ops_to_the_same_shape_fold():
+    body = ('  %a = reshape(%x) {shape = [3]} : f32[3]\n'
+            '  %b = broadcast_to(%a) {shape = [3]} : f32[3]\n'
+            '  %c = sum_to(%b) {shape = [3]} : f32[3]\n  return(%c)\n')
+    assert canon(body) == "  return(%x)\n"
+
+
+def test_reshape_of_reshape_becomes_one_reshape():
+    body = ('  %a = reshape(%x) {shape = [-1, 1]} : f32[6, 1]\n'
+            '  %b = reshape(%a) {shape = [2, 3]} : f32[2, 3]\n  return(%b)\n')
+    out = canon(body, args="%x: f32[6]", result="f32[2, 3]")
+    assert out == '  %0 = reshape(%x) {shape = [2, 3]} : f32[2, 3]\n  return(%0)\n'
+
+
+def test_broadcast_of_broadcast_and_sum_to_of_sum_to_collapse():
+    body = ('  %a = broadcast_to(%x) {shape = [2, 3]} : f32[2, 3]\n'
+            '  %b = broadcast_to(%a) {shape = [4, 2, 3]} : f32[4, 2, 3]\n'
+            '  %c = sum_to(%b) {shape = [2, 3]} : f32[2, 3]\n'
+            '  %d = sum_to(%c) {shape = [3]} : f32[3]\n  return(%d)\n')
+    out = canon(body)
+    assert out == ('  %0 = broadcast_to(%x) {shape = [4, 2, 3]} : f32[4, 2, 3]\n'
+                   '  %1 = sum_to(%0) {shape = [3]} : f32[3]\n  return(%1)\n')
+
+
+def test_sum_of_a_scalar_is_the_scalar_but_a_real_sum_stays():
+    body = ('  %s = sum(%x) {axis = none, keepdims = false} : f32[]\n'
+            '  %t = sum(%s) {axis = none, keepdims = false} : f32[]\n  return(%t)\n')
+    assert canon(body, result="f32[]") == (
+        '  %s = sum(%x) {axis = none, keepdims = false} : f32[]\n  return(%s)\n')
+
+
+def test_constant_folding_in_the_result_dtype():
+    body = ('  %a = const() {value = 0.1, dtype = "f32"} : f32[]\n'
+            '  %b = const() {value = 0.2, dtype = "f32"} : f32[]\n'
+            "  %c = add(%a, %b) : f32[]\n  %d = neg(%c) : f32[]\n"
+            "  %e = mul(%d, %a) : f32[]\n  return(%e)\n")
+    out = parse_module(f"func @f() -> (f32[]) {{\n{canon(body, args='', result='f32[]')}}}\n")
+    (const, ret) = out["f"].body.ops
+    expected = -(np.float32(0.1) + np.float32(0.2)) * np.float32(0.1)
+    assert const.name == "const" and const.attrs["dtype"] == "f32"
+    assert const.attrs["value"] == float(expected)
+    assert ret.operands == const.results
+
+
+def test_integer_folding_stays_integer():
+    body = ('  %a = const() {value = 7, dtype = "i64"} : i64[]\n'
+            '  %b = const() {value = 3, dtype = "i64"} : i64[]\n'
+            "  %c = mul(%a, %b) : i64[]\n  return(%c)\n")
+    assert canon(body, args="", result="i64[]") == (
+        '  %0 = const() {value = 21, dtype = "i64"} : i64[]\n  return(%0)\n')
+
+
+@needs("div")
+@pytest.mark.parametrize("a, b, dtype", [(1.0, 0.0, "f32"), (0.0, 0.0, "f64")])
+def test_division_with_a_non_finite_result_is_not_folded(a, b, dtype):
+    body = (f'  %a = const() {{value = {a}, dtype = "{dtype}"}} : {dtype}[]\n'
+            f'  %b = const() {{value = {b}, dtype = "{dtype}"}} : {dtype}[]\n'
+            f"  %c = div(%a, %b) : {dtype}[]\n  return(%c)\n")
+    assert canon(body, args="", result=f"{dtype}[]") == body
+
+
+@needs("sub")
+def test_add_of_negation_becomes_sub():
+    body = ("  %n = neg(%y) : f32[3]\n  %a = add(%n, %x) : f32[3]\n  return(%a)\n")
+    assert canon(body, args="%x: f32[3], %y: f32[3]") == (
+        "  %0 = sub(%x, %y) : f32[3]\n  return(%0)\n")
+
+
+@needs("transpose")
+def test_transposes_compose():
+    body = ('  %a = transpose(%x) {perm = [1, 2, 0]} : f32[3, 4, 2]\n'
+            '  %b = transpose(%a) {perm = [2, 0, 1]} : f32[2, 3, 4]\n'
+            '  %c = transpose(%b) {perm = none} : f32[4, 3, 2]\n  return(%c)\n')
+    out = canon(body, args="%x: f32[2, 3, 4]", result="f32[4, 3, 2]")
+    assert out == '  %c = transpose(%x) {perm = none} : f32[4, 3, 2]\n  return(%c)\n'
+    body = ('  %a = transpose(%x) {perm = [1, 2, 0]} : f32[3, 4, 2]\n'
+            '  %b = transpose(%a) {perm = [1, 2, 0]} : f32[4, 2, 3]\n  return(%b)\n')
+    out = canon(body, args="%x: f32[2, 3, 4]", result="f32[4, 2, 3]")
+    assert out == '  %0 = transpose(%x) {perm = (2, 0, 1)} : f32[4, 2, 3]\n  return(%0)\n'
+
+
+def test_rewrites_apply_inside_loop_bodies_and_keep_the_root_loc():
+    body = ('  %r = for(%x) {n = 2, n_carry = 1, reverse = false} : f32[3] {\n'
+            '  ^(%i: i64[], %h: f32[3]):\n'
+            '    %a = reshape(%h) {shape = [3, 1]} : f32[3, 1] loc("m":3:1)\n'
+            '    %b = reshape(%a) {shape = [1, 3]} : f32[1, 3] loc("m":4:1)\n'
+            '    %c = reshape(%b) {shape = [3]} : f32[3] loc("m":5:1)\n'
+            '    %e = exp(%c) : f32[3]\n    yield(%e)\n  }\n  return(%r)\n')
+    out = canon(body)
+    assert "reshape" not in out and "%e = exp(%h) : f32[3]" in out
+
+
+def test_table_skips_patterns_for_unregistered_ops():
+    fake = Pattern(P("no_such_op", "x"), bound("x"), "never available")
+    table = pattern_table(PATTERNS + [fake])
+    assert "no_such_op" not in table
+    assert {"add", "mul", "neg", "reshape"} <= set(table)
+    assert all(p.available() for ps in table.values() for p in ps)
