@@ -92,8 +92,7 @@ def _attr_source(op: Op, name: str, value, syms: dict[str, str]) -> str:
     if option is not None and option.kind == "shape" and isinstance(value, (list, tuple)):
         items = ", ".join(dim_expr(d, syms) if isinstance(d, (int, str)) else _literal(d)
                           for d in value)
-        return f"({items}{',' if len(value) == 1 else ''})" if isinstance(value, tuple) \
-            else f"[{items}]"
+        return f"({items}{',' if len(value) == 1 else ''})"  # the executor passes tuples
     return _literal(value)
 
 

@@ -1,0 +1,141 @@
+"""The CLI's front half: load a program (TDSL or IR text), pick the function, decide what to
+differentiate, and run the pass pipeline for a mode."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .diagnostics import AdcError
+from .ir.core import Function, Module
+
+IR_SUFFIXES = (".ir", ".adcir")
+DEFAULT_PASSES = "inline,canonicalize,cse,dce"
+GRAD_SUFFIX = "_grad"  # reverse{fn=f} adds the adjoint program as f_grad
+
+
+@dataclass
+class Compiled:
+    """A program compiled for one mode."""
+
+    module: Module
+    primal: Function      # the function as written: its inputs and results
+    run_name: str         # what to execute: the primal, or its adjoint `<fn>_grad`
+    wrt: list[str]        # differentiated inputs (reverse mode), in input order
+    notes: list[str]      # things the user should be told on stderr
+
+    @property
+    def n_results(self) -> int:
+        return len(self.primal.result_types)
+
+    @property
+    def run_fn(self) -> Function:
+        return self.module[self.run_name]
+
+    def output_names(self) -> list[str]:
+        """OUT.npz keys of the run function's outputs (spec §7)."""
+        n = self.n_results
+        outs = ["out"] if n == 1 else [f"out{k}" for k in range(n)]
+        return outs + [f"grad_{w}" for w in self.wrt]
+
+
+def read_source(path: str) -> str | None:
+    """The text of `path` for error rendering (undecodable bytes replaced), if readable."""
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def load_module(path: str) -> Module:
+    """Parse `path`: IR text for ``.ir``/``.adcir`` files, TDSL otherwise."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        raise AdcError(f"no such file: '{path}'") from None
+    except OSError as e:
+        raise AdcError(f"cannot read '{path}': {e.strerror}") from None
+    if path.endswith(IR_SUFFIXES):
+        from .ir.parser import parse_module
+        from .ir.verifier import verify
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise AdcError(f"'{path}' is not UTF-8 text") from None
+        module = parse_module(text, path)
+        verify(module)
+        return module
+    from .frontend import compile_file
+    return compile_file(path)
+
+
+def select_function(module: Module, name: str | None) -> Function:
+    """``--fn NAME``, or the last plain ``def`` of the module."""
+    if not module.functions:
+        raise AdcError("the program defines no function")
+    if name is None:
+        return module.main
+    if name not in module:
+        raise AdcError(f"--fn: no function '{name}' (functions: "
+                       f"{', '.join(module.functions)})")
+    return module[name]
+
+
+def resolve_wrt(fn: Function, wrt: list[str] | None, notes: list[str]) -> list[str]:
+    """``--wrt`` checked against `fn`'s inputs; default: the ``param`` inputs, or every float
+    input when none is marked."""
+    floats = [a.name for a in fn.args if a.type.is_float]
+    if wrt:
+        for w in wrt:
+            if w not in fn.arg_names:
+                raise AdcError(f"--wrt: '{w}' is not an input of '{fn.name}' (inputs: "
+                               f"{', '.join(fn.arg_names) or 'none'})")
+            if w not in floats:
+                raise AdcError(f"--wrt: cannot differentiate with respect to '{w}': it has "
+                               f"type {fn.arg(w).type}, not a float type")
+        return [a for a in fn.arg_names if a in wrt]
+    params = [a for a in floats if a in fn.params]
+    if params:
+        return params
+    if not floats:
+        raise AdcError(f"'{fn.name}' has no float inputs to differentiate")
+    notes.append(f"no input of '{fn.name}' is marked param: differentiating every float "
+                 f"input ({', '.join(floats)})")
+    return floats
+
+
+def build_pipeline(mode: str, fn: str, wrt: list[str], passes: str | None) -> str:
+    """The pipeline for `mode`. `passes` (default `DEFAULT_PASSES`) runs as written in
+    forward mode; in reverse mode it runs before and after ``reverse{...}``, unless it names
+    a reverse pass itself, in which case it is used as written."""
+    passes = DEFAULT_PASSES if passes is None else passes.strip()
+    if mode == "forward" or "reverse" in [p.split("{")[0].strip() for p in passes.split(",")]:
+        return passes
+    rev = f"reverse{{wrt={','.join(wrt)} fn={fn}}}"
+    return ",".join(p for p in (passes, rev, passes) if p)
+
+
+def compile_program(path: str, mode: str, fn_name: str | None = None,
+                    wrt: list[str] | None = None, passes: str | None = None,
+                    dtype: str | None = None, bind: dict | None = None,
+                    print_ir_after_all: bool = False) -> Compiled:
+    """Load `path` and compile it for `mode` (``forward`` or ``reverse``)."""
+    from .passes.pipeline import run_pipeline
+    from .cli_dtype import bind_dims, to_dtype
+
+    module = load_module(path)
+    fn = select_function(module, fn_name)
+    if dtype:
+        to_dtype(module, dtype)
+    if bind:
+        bind_dims(module, bind)
+    notes: list[str] = []
+    wrt_names = resolve_wrt(fn, wrt, notes) if mode == "reverse" else []
+    pipeline = build_pipeline(mode, fn.name, wrt_names, passes)
+    module = run_pipeline(module, pipeline, print_ir_after_all=print_ir_after_all)
+    run_name = fn.name + GRAD_SUFFIX if mode == "reverse" else fn.name
+    if run_name not in module:
+        raise AdcError(f"the pipeline '{pipeline}' left no function '{run_name}'")
+    if mode == "reverse":  # a --pipeline with its own reverse pass may choose other inputs
+        wrt_names = list(module[run_name].attrs.get("wrt", wrt_names))
+    return Compiled(module, fn, run_name, wrt_names, notes)
