@@ -84,6 +84,15 @@ def test_function_must_end_in_return():
     check(f"%y = neg(%x) : f32[2] {L2}", "in @f: 'neg' op ends a block that must end in 'return'")
 
 
+def test_empty_bodies():
+    m = parse_module('func @f() -> () loc("m":1:1) {\n}\nfunc @g(%x: f32[2]) -> (f32[2]) {\n'
+                     '  for() {n = 2, n_carry = 0, reverse = false} loc("m":5:1) {\n  ^(%i: i64[]):'
+                     '\n  }\n  return(%x)\n}')
+    assert [(e.message, e.loc) for e in verify_errors(m)] == [
+        ("in @f: has an empty block; it must end in 'return'", Loc("m", 1, 1)),
+        ("in @g: 'for' op has an empty block; it must end in 'yield'", Loc("m", 5, 1))]
+
+
 def test_return_types_match_result_types():
     check(f"return(%x, %x) {L2}",
           "in @f: 'return' op returns (f32[2], f32[2]) but the function declares (f32[2])")

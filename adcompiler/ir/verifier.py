@@ -85,9 +85,10 @@ class _Checker:
         for k, a in enumerate(block.args):
             self.define(a, block, k, owner)
             visible.add(a)
-        if not block.ops or block.ops[-1].name != terminator:
-            last = block.ops[-1] if block.ops else owner
-            self.fail(last, f"ends a block that must end in '{terminator}'")
+        if not block.ops:
+            self.fail(owner, f"has an empty block; it must end in '{terminator}'")
+        elif block.ops[-1].name != terminator:
+            self.fail(block.ops[-1], f"ends a block that must end in '{terminator}'")
         for k, op in enumerate(block.ops):
             if op.parent is not block:
                 self.fail(op, "has a stale parent block")
