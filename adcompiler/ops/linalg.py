@@ -1,2 +1,153 @@
 """Linear algebra: matmul (`@`), transpose, einsum."""
 from __future__ import annotations
+
+from ..diagnostics import ShapeError
+from ..ir.types import TensorType, broadcast_shapes, join_dtypes
+from .registry import Option, register
+
+
+# ---- matmul ---------------------------------------------------------------------------
+
+def _matmul(types, attrs):
+    a, b = types
+    if a.rank == 0 or b.rank == 0:
+        raise ShapeError(f"matmul needs operands of rank >= 1, got {a} and {b}")
+    dtype = join_dtypes(a.dtype, b.dtype)
+    ka = a.shape[-1]
+    kb = b.shape[0] if b.rank == 1 else b.shape[-2]
+    if ka != kb:
+        raise ShapeError(f"matmul contracts dims that differ: {a} @ {b} ({ka} vs {kb})")
+    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    m = a.shape[-2:-1]                      # () for a 1-D left operand
+    n = b.shape[-1:] if b.rank >= 2 else ()
+    return TensorType(dtype, batch + m + n)
+
+
+def swap_last2(b, x):
+    """`x` with its last two axes swapped."""
+    perm = list(range(x.type.rank))
+    perm[-2], perm[-1] = perm[-1], perm[-2]
+    return b.emit("transpose", x, perm=perm)
+
+
+def _matmul_vjp(b, op, cts):
+    """Promote 1-D operands to matrices (as NumPy does), use the matrix rule, then drop the
+    inserted axes. Cotangents keep the broadcast batch shape; the driver sums them down."""
+    (ct,) = cts
+    x, y = op.operands
+    k = x.type.shape[-1]
+    x2 = x if x.type.rank >= 2 else b.emit("reshape", x, shape=[1, k])
+    y2 = y if y.type.rank >= 2 else b.emit("reshape", y, shape=[k, 1])
+    if y.type.rank == 1:
+        ct = b.emit("expand_dims", ct, axis=-1)
+    if x.type.rank == 1:
+        ct = b.emit("expand_dims", ct, axis=-2)
+    gx = b.emit("matmul", ct, swap_last2(b, y2))    # [..., m, k]
+    gy = b.emit("matmul", swap_last2(b, x2), ct)    # [..., k, n]
+    if x.type.rank == 1:
+        gx = b.emit("squeeze", gx, axis=-2)
+    if y.type.rank == 1:
+        gy = b.emit("squeeze", gy, axis=-1)
+    return [gx, gy]
+
+
+register("matmul", _matmul, operands=("a", "b"), vjp=_matmul_vjp,
+         doc="NumPy matmul: 1-D, 2-D and batched with broadcast batch axes")
+
+
+# ---- transpose ------------------------------------------------------------------------
+
+def full_perm(perm, rank: int) -> tuple[int, ...]:
+    """The permutation `perm` means (None: reversed axes), validated, negatives normalized."""
+    if perm is None:
+        return tuple(range(rank - 1, -1, -1))
+    perm = tuple(perm)
+    if sorted(p % rank if -rank <= p < rank else p for p in perm) != list(range(rank)):
+        raise ShapeError(f"perm {list(perm)} is not a permutation of the {rank} axes")
+    return tuple(p % rank for p in perm)
+
+
+def _transpose(types, attrs):
+    t = types[0]
+    perm = full_perm(attrs["perm"], t.rank)
+    return t.with_shape(t.shape[p] for p in perm)
+
+
+def _transpose_vjp(b, op, cts):
+    perm = full_perm(op.attrs["perm"], op.operands[0].type.rank)
+    inverse = [0] * len(perm)
+    for k, p in enumerate(perm):
+        inverse[p] = k
+    return [b.emit("transpose", cts[0], perm=inverse)]
+
+
+register("transpose", _transpose, options=(Option("perm", "ints", None),),
+         traits=("linear",), vjp=_transpose_vjp)
+
+
+# ---- einsum ---------------------------------------------------------------------------
+
+def parse_spec(spec: str, n_operands: int | None = None):
+    """Split an explicit einsum spec ``"ij,jk->ik"`` into input and output subscripts.
+
+    Only explicit specs with single-letter subscripts are accepted: no implicit output,
+    no ellipsis, and no letter repeated within one term (diagonals).
+    """
+    if not isinstance(spec, str) or spec.count("->") != 1:
+        raise ShapeError(f"einsum spec {spec!r} must have exactly one '->' "
+                         "(the output subscripts are required)")
+    lhs, out = spec.replace(" ", "").split("->")
+    ins = lhs.split(",")
+    for term in ins + [out]:
+        if "." in term:
+            raise ShapeError(f"einsum spec {spec!r}: ellipsis '...' is not supported")
+        if not all(c.isalpha() for c in term):
+            raise ShapeError(f"einsum spec {spec!r}: subscripts must be letters")
+        if len(set(term)) != len(term):
+            raise ShapeError(f"einsum spec {spec!r}: repeated subscript in '{term}' "
+                             "(diagonals and traces are not supported)")
+    missing = set(out) - set("".join(ins))
+    if missing:
+        raise ShapeError(f"einsum spec {spec!r}: output subscript "
+                         f"'{''.join(sorted(missing))}' appears in no input")
+    if n_operands is not None and len(ins) != n_operands:
+        raise ShapeError(f"einsum spec {spec!r} has {len(ins)} input terms but "
+                         f"{n_operands} operands were given")
+    return ins, out
+
+
+def _einsum(types, attrs):
+    ins, out = parse_spec(attrs["spec"], len(types))
+    sizes: dict = {}
+    for term, t in zip(ins, types):
+        if len(term) != t.rank:
+            raise ShapeError(f"einsum term '{term}' has {len(term)} subscripts but its "
+                             f"operand is {t}")
+        for c, d in zip(term, t.shape):
+            if sizes.setdefault(c, d) != d:
+                raise ShapeError(f"einsum subscript '{c}' has sizes {sizes[c]} and {d}")
+    return TensorType(join_dtypes(*(t.dtype for t in types)), tuple(sizes[c] for c in out))
+
+
+def _einsum_vjp(b, op, cts):
+    """Operand i's cotangent contracts the output cotangent with the other operands onto
+    operand i's subscripts; letters summed away by operand i alone are broadcast back."""
+    ins, out = parse_spec(op.attrs["spec"])
+    ct = cts[0]
+    grads = []
+    for i, (term, x) in enumerate(zip(ins, op.operands)):
+        others = [(t, v) for j, (t, v) in enumerate(zip(ins, op.operands)) if j != i]
+        avail = set(out).union(*(set(t) for t, _ in others))
+        kept = "".join(c for c in term if c in avail)
+        spec = ",".join([out] + [t for t, _ in others]) + "->" + kept
+        g = b.emit("einsum", ct, *(v for _, v in others), spec=spec)
+        if kept != term:
+            shape = [d if c in avail else 1 for c, d in zip(term, x.type.shape)]
+            g = b.emit("reshape", g, shape=shape)
+            g = b.emit("broadcast_to", g, shape=x.type.shape)
+        grads.append(g)
+    return grads
+
+
+register("einsum", _einsum, operands=("*operands",), options=(Option("spec", "str"),),
+         positional=("spec", "*operands"), vjp=_einsum_vjp)

@@ -1,3 +1,302 @@
 """Neural-net ops: softmax, log_softmax, cross_entropy, bce, bce_with_logits, mse, layernorm,
-take, one_hot; plus stop_gradient and cast."""
+take (with its adjoint `take_grad`), one_hot; plus stop_gradient and cast.
+
+The kernels of softmax, log_softmax, cross_entropy and bce_with_logits subtract the maximum
+(or use ``log1p(exp(-|z|))``), and their VJP rules are written in terms of softmax,
+log_softmax and sigmoid, so values and derivatives stay finite for large inputs.
+"""
 from __future__ import annotations
+
+from ..diagnostics import ShapeError
+from ..ir.types import TensorType, broadcast_shapes, join_dtypes, normalize_axis, num_elements
+from .create import dim_scalar
+from .registry import Option, register
+
+AXIS = Option("axis", "int", -1)
+
+
+def _float(t: TensorType, op: str) -> None:
+    if not t.is_float:
+        raise ShapeError(f"{op} expects a float tensor, got {t}")
+
+
+def _same_float(types, op: str) -> str:
+    for t in types:
+        _float(t, op)
+    return join_dtypes(*(t.dtype for t in types))
+
+
+def move_last_to(b, x, axis: int):
+    """`x` with its last axis moved to position `axis` (a no-op when `axis` is last)."""
+    rank = x.type.rank
+    if axis == rank - 1:
+        return x
+    perm = list(range(rank - 1))
+    perm.insert(axis, rank - 1)
+    return b.emit("transpose", x, perm=perm)
+
+
+# ---- softmax / log_softmax ------------------------------------------------------------
+
+def _softmax_type(op: str):
+    def infer(types, attrs):
+        t = types[0]
+        _float(t, op)
+        normalize_axis(attrs["axis"], t.rank)
+        return t
+    return infer
+
+
+def _softmax_vjp(b, op, cts):
+    y, axis = op.result, op.attrs["axis"]
+    s = b.emit("sum", b.emit("mul", cts[0], y), axis=axis, keepdims=True)
+    return [b.emit("mul", y, b.emit("sub", cts[0], s))]
+
+
+def _log_softmax_vjp(b, op, cts):
+    axis = op.attrs["axis"]
+    p = b.emit("exp", op.result)                       # softmax; exp of values <= 0
+    s = b.emit("sum", cts[0], axis=axis, keepdims=True)
+    return [b.emit("sub", cts[0], b.emit("mul", p, s))]
+
+
+register("softmax", _softmax_type("softmax"), options=(AXIS,), vjp=_softmax_vjp)
+register("log_softmax", _softmax_type("log_softmax"), options=(AXIS,), vjp=_log_softmax_vjp)
+
+
+# ---- cross_entropy --------------------------------------------------------------------
+
+def _cross_entropy(types, attrs):
+    z, y = types
+    _float(z, "cross_entropy")
+    if z.rank == 0:
+        raise ShapeError("cross_entropy needs logits of rank >= 1")
+    axis = normalize_axis(attrs["axis"], z.rank)
+    batch = z.shape[:axis] + z.shape[axis + 1:]
+    if y.dtype in ("i32", "i64"):
+        if y.shape != batch:
+            raise ShapeError(f"cross_entropy: integer labels {y} must have the logits' shape "
+                             f"without axis {axis}: [{', '.join(map(str, batch))}]")
+    elif y.is_float:
+        if y.shape != z.shape or y.dtype != z.dtype:
+            raise ShapeError(f"cross_entropy: probability labels {y} must have the logits' "
+                             f"type {z}")
+    else:
+        raise ShapeError(f"cross_entropy: labels must be integers or floats, got {y}")
+    return z.with_shape(batch)
+
+
+def _cross_entropy_vjp(b, op, cts):
+    z, y = op.operands
+    axis = normalize_axis(op.attrs["axis"], z.type.rank)
+    ct = b.emit("expand_dims", cts[0], axis=axis)
+    if not y.type.is_float:
+        onehot = b.emit("one_hot", y, n=z.type.shape[axis], dtype=z.type.dtype)
+        p = b.emit("softmax", z, axis=axis)
+        gz = b.emit("sub", p, move_last_to(b, onehot, axis))
+        return [b.emit("mul", ct, gz), None]
+    # loss = -sum(y * log_softmax(z)): dz = softmax(z) * sum(y) - y (= softmax - y when the
+    # labels sum to 1), dy = -log_softmax(z).
+    ls = b.emit("log_softmax", z, axis=axis)
+    mass = b.emit("sum", y, axis=axis, keepdims=True)
+    gz = b.emit("sub", b.emit("mul", b.emit("exp", ls), mass), y)
+    return [b.emit("mul", ct, gz), b.emit("mul", ct, b.emit("neg", ls))]
+
+
+register("cross_entropy", _cross_entropy, operands=("logits", "labels"), options=(AXIS,),
+         vjp=_cross_entropy_vjp,
+         doc="per-example logsumexp(logits) - logits[label], or -sum(p * log_softmax)")
+
+
+# ---- bce / bce_with_logits / mse ------------------------------------------------------
+
+def _binary_float(op: str):
+    def infer(types, attrs):
+        return TensorType(_same_float(types, op), broadcast_shapes(*(t.shape for t in types)))
+    return infer
+
+
+def _bce_vjp(b, op, cts):
+    """dp = (p - y) / (p (1 - p)), dy = log(1 - p) - log(p)."""
+    p, y = op.operands
+    ct = cts[0]
+    one_minus_p = b.emit("sub", b.const(1.0, p.type.dtype), p)
+    gp = b.emit("div", b.emit("mul", ct, b.emit("sub", p, y)), b.emit("mul", p, one_minus_p))
+    gy = b.emit("mul", ct, b.emit("sub", b.emit("log1p", b.emit("neg", p)), b.emit("log", p)))
+    return [gp, gy]
+
+
+def _bce_with_logits_vjp(b, op, cts):
+    """dz = sigmoid(z) - y, dy = -z."""
+    z, y = op.operands
+    ct = cts[0]
+    gz = b.emit("mul", ct, b.emit("sub", b.emit("sigmoid", z), y))
+    return [gz, b.emit("mul", ct, b.emit("neg", z))]
+
+
+register("bce", _binary_float("bce"), operands=("p", "y"), traits=("elementwise",),
+         vjp=_bce_vjp, doc="-(y log p + (1 - y) log(1 - p))")
+register("bce_with_logits", _binary_float("bce_with_logits"), operands=("z", "y"),
+         traits=("elementwise",), vjp=_bce_with_logits_vjp,
+         doc="max(z, 0) - z y + log1p(exp(-|z|))")
+
+
+def _mse(types, attrs):
+    return _binary_float("mse")(types, attrs).with_shape(())
+
+
+def _mse_vjp(b, op, cts):
+    x, y = op.operands
+    d = b.emit("sub", x, y)
+    size = dim_scalar(b, num_elements(d.type.shape), d.type.dtype)   # symbolic: at run time
+    scale = b.emit("div", b.emit("mul", cts[0], b.const(2.0, d.type.dtype)), size)
+    gx = b.emit("mul", d, scale)
+    return [gx, b.emit("neg", gx)]
+
+
+register("mse", _mse, operands=("a", "b"), vjp=_mse_vjp, doc="mean((a - b) ** 2)")
+
+
+# ---- layernorm ------------------------------------------------------------------------
+
+def affine_along_axis(x: TensorType, p: TensorType, axis: int) -> bool:
+    """Whether gamma/beta `p` is a 1-D vector laid along `axis` of `x` rather than a tensor
+    that broadcasts against `x` by NumPy rules (the two agree when `axis` is the last)."""
+    return p.rank == 1 and axis != x.rank - 1 and p.shape[0] == x.shape[axis]
+
+
+def _layernorm(types, attrs):
+    x, gamma, beta = types
+    _same_float(types, "layernorm")
+    axis = normalize_axis(attrs["axis"], x.rank)
+    for name, p in (("gamma", gamma), ("beta", beta)):
+        if affine_along_axis(x, p, axis):
+            continue
+        try:
+            ok = broadcast_shapes(p.shape, x.shape) == x.shape
+        except ShapeError:
+            ok = False
+        if not ok:
+            raise ShapeError(f"layernorm: {name} {p} must be a vector of size {x.shape[axis]} "
+                             f"(axis {axis}) or broadcast to {x}")
+    return x
+
+
+def _placed(b, p, x, axis):
+    """gamma/beta as a tensor that broadcasts against `x` by NumPy rules."""
+    if affine_along_axis(x.type, p.type, axis):
+        return b.emit("reshape", p, shape=[d if k == axis else 1
+                                           for k, d in enumerate(x.type.shape)])
+    return p
+
+
+def _param_ct(b, g, p, x, axis):
+    """Reduce the full-shape cotangent `g` of gamma/beta; NumPy-broadcast ones are left to
+    the driver's unbroadcast."""
+    if affine_along_axis(x.type, p.type, axis):
+        others = [k for k in range(x.type.rank) if k != axis]
+        return b.emit("sum", g, axis=others)
+    return g
+
+
+def _layernorm_vjp(b, op, cts):
+    """With xhat = (x - mean) * rstd: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) for
+    g = ct * gamma; dgamma = ct * xhat; dbeta = ct (each summed to the parameter's shape)."""
+    x, gamma, beta = op.operands
+    axis, dtype, ct = normalize_axis(op.attrs["axis"], x.type.rank), x.type.dtype, cts[0]
+
+    def mean(v):
+        return b.emit("mean", v, axis=axis, keepdims=True)
+
+    xc = b.emit("sub", x, mean(x))
+    var = mean(b.emit("mul", xc, xc))
+    rstd = b.emit("rsqrt", b.emit("add", var, b.const(float(op.attrs["eps"]), dtype)))
+    xhat = b.emit("mul", xc, rstd)
+    g = b.emit("mul", ct, _placed(b, gamma, x, axis))
+    inner = b.emit("sub", b.emit("sub", g, mean(g)), b.emit("mul", xhat, mean(b.emit("mul", g, xhat))))
+    gx = b.emit("mul", rstd, inner)
+    ggamma = _param_ct(b, b.emit("mul", ct, xhat), gamma, x, axis)
+    gbeta = _param_ct(b, b.emit("broadcast_to", ct, shape=x.type.shape), beta, x, axis)
+    return [gx, ggamma, gbeta]
+
+
+register("layernorm", _layernorm, operands=("x", "gamma", "beta"),
+         options=(AXIS, Option("eps", "float", 1e-5)), vjp=_layernorm_vjp,
+         doc="(x - mean) / sqrt(var + eps) * gamma + beta over one axis; a 1-D gamma/beta "
+             "lies along that axis")
+
+
+# ---- take / take_grad / one_hot -------------------------------------------------------
+
+def _int(t: TensorType, what: str) -> None:
+    if t.dtype not in ("i32", "i64"):
+        raise ShapeError(f"{what} must be an integer tensor, got {t}")
+
+
+def _take(types, attrs):
+    table, idx = types
+    _int(idx, "take: idx")
+    if table.rank == 0:
+        raise ShapeError("take needs a table of rank >= 1")
+    axis = normalize_axis(attrs["axis"], table.rank)
+    return table.with_shape(table.shape[:axis] + idx.shape + table.shape[axis + 1:])
+
+
+def _take_vjp(b, op, cts):
+    table, idx = op.operands
+    axis = normalize_axis(op.attrs["axis"], table.type.rank)
+    return [b.emit("take_grad", cts[0], idx, axis=axis, shape=table.type.shape), None]
+
+
+register("take", _take, operands=("table", "idx"), options=(Option("axis", "int", 0),),
+         traits=("linear",), vjp=_take_vjp, doc="gather along axis")
+
+
+def _take_grad(types, attrs):
+    ct, idx = types
+    table = ct.with_shape(attrs["shape"])
+    want = _take([table, idx], attrs)
+    if want != ct:
+        raise ShapeError(f"take_grad: cotangent {ct} does not match take's result {want}")
+    return table
+
+
+def _take_grad_vjp(b, op, cts):
+    return [b.emit("take", cts[0], op.operands[1], axis=op.attrs["axis"]), None]
+
+
+# take_grad(ct, idx; axis, shape): zeros of `shape` into which `ct` is scatter-added at the
+# positions `idx` along `axis` (repeated indices accumulate); take's adjoint.
+register("take_grad", _take_grad, operands=("ct", "idx"),
+         options=(Option("axis", "int", 0), Option("shape", "shape")), traits=("linear",),
+         vjp=_take_grad_vjp)
+
+
+def _one_hot(types, attrs):
+    _int(types[0], "one_hot: idx")
+    n = attrs["n"]
+    if isinstance(n, bool) or not isinstance(n, (int, str)):
+        raise ShapeError(f"one_hot needs a class count n, got {n!r}")
+    return TensorType(attrs["dtype"], types[0].shape + (n,))
+
+
+register("one_hot", _one_hot, operands=("idx",),
+         options=(Option("n", "dim"), Option("dtype", "dtype", "f32")), traits=("no_grad",),
+         doc="idx[..., None] == arange(n); an index outside [0, n) gives a zero row")
+
+
+# ---- stop_gradient / cast -------------------------------------------------------------
+
+register("stop_gradient", lambda types, attrs: types[0], traits=("no_grad",),
+         doc="the value of x with zero derivative")
+
+
+def _cast_vjp(b, op, cts):
+    x = op.operands[0]
+    if not (x.type.is_float and op.result.type.is_float):
+        return [None]  # to or from integers: the derivative is zero
+    return [b.emit("cast", cts[0], dtype=x.type.dtype)]
+
+
+register("cast", lambda types, attrs: types[0].with_dtype(attrs["dtype"]),
+         options=(Option("dtype", "dtype"),), vjp=_cast_vjp)

@@ -1,10 +1,13 @@
-"""Shape ops: reshape, broadcast_to, expand_dims, squeeze, transpose-free moves, concat,
-stack, indexing."""
+"""Shape ops: reshape, broadcast_to, expand_dims, squeeze, concat, stack, indexing; and the
+adjoint helpers `split` (of concat) and `index_grad` (of index)."""
 from __future__ import annotations
 
 from ..diagnostics import ShapeError
-from ..ir.types import broadcast_shapes, dim_div, num_elements
+from ..ir.types import (Dim, TensorType, _factors, _make_dim, broadcast_shapes, dim_div,
+                        num_elements, normalize_axis)
 from .registry import Option, register
+
+LINEAR = ("linear",)
 
 
 def _reshape(types, attrs):
@@ -22,8 +25,13 @@ def _reshape(types, attrs):
     return t.with_shape(shape)
 
 
-register("reshape", _reshape, options=(Option("shape", "shape"),), traits=("linear",),
-         vjp=lambda b, op, ct: [b.emit("reshape", ct[0], shape=op.operands[0].type.shape)])
+def _back_to_operand(b, op, cts):
+    """Cotangent of an op that only relabels its operand's elements: reshape back."""
+    return [b.emit("reshape", cts[0], shape=op.operands[0].type.shape)]
+
+
+register("reshape", _reshape, options=(Option("shape", "shape"),), traits=LINEAR,
+         vjp=_back_to_operand)
 
 
 def _broadcast_to(types, attrs):
@@ -33,5 +41,232 @@ def _broadcast_to(types, attrs):
     return types[0].with_shape(shape)
 
 
-register("broadcast_to", _broadcast_to, options=(Option("shape", "shape"),), traits=("linear",),
+register("broadcast_to", _broadcast_to, options=(Option("shape", "shape"),), traits=LINEAR,
          vjp=lambda b, op, ct: [ct[0]])  # the driver's unbroadcast sums back to the operand
+
+
+# ---- expand_dims / squeeze ------------------------------------------------------------
+
+def _expand_dims(types, attrs):
+    t = types[0]
+    axis = attrs["axis"]
+    if not isinstance(axis, int):
+        raise ShapeError(f"expand_dims takes one int axis, got {axis!r}")
+    k = normalize_axis(axis, t.rank + 1)
+    return t.with_shape(t.shape[:k] + (1,) + t.shape[k:])
+
+
+register("expand_dims", _expand_dims, options=(Option("axis", "int"),), traits=LINEAR,
+         vjp=_back_to_operand)
+
+
+def squeezed_axes(t: TensorType, axis) -> tuple[int, ...]:
+    """The axes `squeeze` removes: `axis` (int, list or None = every axis of size 1)."""
+    if axis is None:
+        return tuple(k for k, d in enumerate(t.shape) if d == 1)
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    axes = tuple(sorted({normalize_axis(a, t.rank) for a in axes}))
+    for a in axes:
+        if t.shape[a] != 1:
+            raise ShapeError(f"cannot squeeze axis {a} of {t}: its size is {t.shape[a]}, not 1")
+    return axes
+
+
+def _squeeze(types, attrs):
+    t = types[0]
+    axes = squeezed_axes(t, attrs["axis"])
+    return t.with_shape(d for k, d in enumerate(t.shape) if k not in axes)
+
+
+register("squeeze", _squeeze, options=(Option("axis", "axes", None),), traits=LINEAR,
+         vjp=_back_to_operand)
+
+
+# ---- concat / split / stack -----------------------------------------------------------
+
+def dim_add(*dims: Dim) -> Dim | None:
+    """The sum of `dims` when it is a `Dim` (ints, or multiples of one symbolic product such
+    as ``B + 2*B = 3*B``); None when it is not (``B + 1``)."""
+    terms: dict[tuple, int] = {}
+    for d in dims:
+        coeff, syms = _factors(d)
+        key = tuple(sorted(syms))
+        terms[key] = terms.get(key, 0) + coeff
+    terms = {k: c for k, c in terms.items() if c}
+    if not terms:
+        return 0
+    if len(terms) > 1:
+        return None
+    (syms, coeff), = terms.items()
+    return _make_dim(coeff, list(syms))
+
+
+def _concat(types, attrs):
+    if not types:
+        raise ShapeError("concat needs at least one operand")
+    first = types[0]
+    if first.rank == 0:
+        raise ShapeError("concat cannot join scalars (use stack)")
+    axis = normalize_axis(attrs["axis"], first.rank)
+    for t in types[1:]:
+        if t.rank != first.rank or any(d != e for k, (d, e) in
+                                       enumerate(zip(t.shape, first.shape)) if k != axis):
+            raise ShapeError(f"concat along axis {axis} needs equal shapes elsewhere, "
+                             f"got {first} and {t}")
+    size = dim_add(*(t.shape[axis] for t in types))
+    if size is None:
+        raise ShapeError("concat along axis {} of sizes {} gives a size that is not a "
+                         "dimension".format(axis, " + ".join(str(t.shape[axis]) for t in types)))
+    dtype = first.dtype
+    if any(t.dtype != dtype for t in types):
+        raise ShapeError(f"concat needs one dtype, got {', '.join(t.dtype for t in types)}")
+    return first.with_shape(first.shape[:axis] + (size,) + first.shape[axis + 1:])
+
+
+def _concat_vjp(b, op, cts):
+    axis = normalize_axis(op.attrs["axis"], op.result.type.rank)
+    if len(op.operands) == 1:
+        return [cts[0]]
+    pieces = b.emit("split", cts[0], axis=axis,
+                    shape=[v.type.shape[axis] for v in op.operands])
+    return list(pieces)
+
+
+register("concat", _concat, operands=("*xs",), options=(Option("axis", "int", 0),),
+         traits=LINEAR, vjp=_concat_vjp)
+
+
+def _split(types, attrs):
+    t = types[0]
+    axis = normalize_axis(attrs["axis"], t.rank)
+    sizes = list(attrs["shape"])
+    if dim_add(*sizes) != t.shape[axis]:
+        raise ShapeError(f"split of {t} along axis {axis} into pieces "
+                         f"{sizes} does not add up to {t.shape[axis]}")
+    return [t.with_shape(t.shape[:axis] + (d,) + t.shape[axis + 1:]) for d in sizes]
+
+
+def _split_vjp(b, op, cts):
+    x = op.operands[0]
+    axis = normalize_axis(op.attrs["axis"], x.type.rank)
+    parts = [c if c is not None else b.emit("zeros", shape=r.type.shape, dtype=r.type.dtype)
+             for c, r in zip(cts, op.results)]
+    return [b.emit("concat", *parts, axis=axis)]
+
+
+# split(x; axis, shape): the pieces of `x` along `axis`, whose extents are listed in `shape`
+# (so the executor resolves symbolic extents as it does every `shape`); concat's adjoint.
+register("split", _split, options=(Option("axis", "int"), Option("shape", "shape")),
+         traits=LINEAR, vjp=_split_vjp)
+
+
+def _stack(types, attrs):
+    if not types:
+        raise ShapeError("stack needs at least one operand")
+    first = types[0]
+    if any(t != first for t in types[1:]):
+        raise ShapeError(f"stack needs equal types, got {', '.join(map(str, types))}")
+    axis = normalize_axis(attrs["axis"], first.rank + 1)
+    return first.with_shape(first.shape[:axis] + (len(types),) + first.shape[axis:])
+
+
+def _stack_vjp(b, op, cts):
+    axis = normalize_axis(op.attrs["axis"], op.result.type.rank)
+    whole = [[None, None, None]] * axis
+    return [b.emit("index", cts[0], idx=tuple(whole + [k])) for k in range(len(op.operands))]
+
+
+register("stack", _stack, operands=("*xs",), options=(Option("axis", "int", 0),),
+         traits=LINEAR, vjp=_stack_vjp)
+
+
+# ---- index / index_grad ---------------------------------------------------------------
+
+def slice_length(d: Dim, start, stop, step) -> Dim:
+    """The length of ``range(d)[start:stop:step]``.
+
+    A symbolic axis supports only slices whose length is a `Dim` whatever the bound size:
+    the whole axis with step 1 or -1, or with step s when the axis is a multiple of s.
+    """
+    step = 1 if step is None else step
+    if step == 0:
+        raise ShapeError("slice step cannot be zero")
+    if isinstance(d, int):
+        return len(range(d)[slice(start, stop, step)])
+    whole_start = (None, 0) if step > 0 else (None, -1)
+    if start in whole_start and stop is None:
+        length = dim_div(d, abs(step))
+        if length is not None:
+            return length
+    text = ":".join("" if v is None else str(v) for v in (start, stop)) + f":{step}"
+    raise ShapeError(f"slice [{text}] of the symbolic axis {d} has a length that depends "
+                     f"on the value of {d} in a way a dimension cannot express; slice "
+                     f"the whole axis, or reshape to static sizes first")
+
+
+def parse_idx(idx, x: TensorType, dyn_types) -> tuple[Dim, ...]:
+    """Check an `index` op's `idx` against `x` and the dynamic operands; the result shape."""
+    if not isinstance(idx, (list, tuple)):
+        raise ShapeError(f"index: idx must be a list of entries, got {idx!r}")
+    if len(idx) > x.rank:
+        raise ShapeError(f"too many indices ({len(idx)}) for {x}")
+    n_dyn = sum(1 for e in idx if e == "?")
+    if n_dyn != len(dyn_types):
+        raise ShapeError(f"index has {n_dyn} dynamic ('?') entries but {len(dyn_types)} "
+                         "dynamic operands")
+    for t in dyn_types:
+        if t.rank != 0 or t.dtype not in ("i32", "i64"):
+            raise ShapeError(f"a dynamic index must be an integer scalar, got {t}")
+    shape = []
+    for axis, (e, d) in enumerate(zip(idx, x.shape)):
+        if e == "?":
+            continue
+        if isinstance(e, bool) or not isinstance(e, (int, list, tuple)):
+            raise ShapeError(f"index entry {e!r} must be an int, [start, stop, step] or '?'")
+        if isinstance(e, int):
+            if isinstance(d, int) and not -d <= e < d:
+                raise ShapeError(f"index {e} is out of bounds for axis {axis} of size {d}")
+            continue
+        if len(e) != 3 or not all(v is None or (isinstance(v, int) and not isinstance(v, bool))
+                                  for v in e):
+            raise ShapeError(f"slice entry {list(e)!r} must be [start, stop, step] of ints "
+                             "or none")
+        shape.append(slice_length(d, *e))
+    return tuple(shape) + tuple(x.shape[len(idx):])
+
+
+def _index(types, attrs):
+    x = types[0]
+    return x.with_shape(parse_idx(attrs["idx"], x, types[1:]))
+
+
+def _index_vjp(b, op, cts):
+    x, dyn = op.operands[0], op.operands[1:]
+    g = b.emit("index_grad", cts[0], *dyn, idx=op.attrs["idx"], shape=x.type.shape)
+    return [g] + [None] * len(dyn)
+
+
+register("index", _index, operands=("x", "*dyn"), options=(Option("idx", "idx"),),
+         traits=LINEAR, vjp=_index_vjp,
+         doc="x[...]: entries int (drops an axis), [start, stop, step], '?' (next dyn)")
+
+
+def _index_grad(types, attrs):
+    ct, shape = types[0], tuple(attrs["shape"])
+    want = parse_idx(attrs["idx"], ct.with_shape(shape), types[1:])
+    if want != ct.shape:
+        raise ShapeError(f"index_grad: cotangent {ct} does not match [{', '.join(map(str, want))}]"
+                         f" = the shape of x[idx] for x of shape [{', '.join(map(str, shape))}]")
+    return ct.with_shape(shape)
+
+
+def _index_grad_vjp(b, op, cts):
+    dyn = op.operands[1:]
+    return [b.emit("index", cts[0], *dyn, idx=op.attrs["idx"])] + [None] * len(dyn)
+
+
+# index_grad(ct, *dyn; idx, shape): zeros of `shape` with `ct` written at x[idx]; the adjoint
+# of `index` (basic indexing selects each element at most once, so writing is enough).
+register("index_grad", _index_grad, operands=("ct", "*dyn"),
+         options=(Option("idx", "idx"), Option("shape", "shape")), traits=LINEAR,
+         vjp=_index_grad_vjp)

@@ -15,3 +15,28 @@ def zeros(xp, shape, dtype):
 @kernel("ones")
 def ones(xp, shape, dtype):
     return xp.ones(tuple(shape), dtype=DTYPES[dtype])
+
+
+@kernel("full")
+def full(xp, shape, value, dtype):
+    return xp.full(tuple(shape), value, dtype=DTYPES[dtype])
+
+
+@kernel("zeros_like")
+def zeros_like(xp, x):
+    return xp.zeros_like(x)
+
+
+@kernel("ones_like")
+def ones_like(xp, x):
+    return xp.ones_like(x)
+
+
+@kernel("arange")
+def arange(xp, n, dtype="i64"):
+    return xp.arange(n, dtype=DTYPES[dtype])
+
+
+@kernel("dim_value")
+def dim_value(xp, n, dtype="f32"):
+    return xp.asarray(n, dtype=DTYPES[dtype])

@@ -1,2 +1,105 @@
-"""Kernels of neural-net ops."""
-from . import kernel  # noqa: F401
+"""Kernels of neural-net ops, stop_gradient and cast.
+
+Softmax-like kernels subtract the maximum along the axis so that exp never overflows;
+bce_with_logits uses max(z, 0) - z*y + log1p(exp(-|z|)). Python scalars keep the array's
+dtype (NumPy >= 2 promotion), so every kernel computes in its input dtype.
+"""
+from . import DTYPES, kernel
+
+
+def _shifted(xp, x, axis):
+    return x - xp.max(x, axis=axis, keepdims=True)
+
+
+def _log_softmax(xp, x, axis):
+    s = _shifted(xp, x, axis)
+    return s - xp.log(xp.sum(xp.exp(s), axis=axis, keepdims=True))
+
+
+@kernel("softmax")
+def softmax(xp, x, axis=-1):
+    e = xp.exp(_shifted(xp, x, axis))
+    return e / xp.sum(e, axis=axis, keepdims=True)
+
+
+@kernel("log_softmax")
+def log_softmax(xp, x, axis=-1):
+    return _log_softmax(xp, x, axis)
+
+
+@kernel("cross_entropy")
+def cross_entropy(xp, logits, labels, axis=-1):
+    ls = _log_softmax(xp, logits, axis)
+    if labels.dtype.kind == "f":
+        return -xp.sum(labels * ls, axis=axis)
+    picked = xp.take_along_axis(ls, xp.expand_dims(labels, axis), axis=axis)
+    return -xp.squeeze(picked, axis=axis)
+
+
+@kernel("bce")
+def bce(xp, p, y):
+    return -(y * xp.log(p) + (1 - y) * xp.log1p(-p))
+
+
+@kernel("bce_with_logits")
+def bce_with_logits(xp, z, y):
+    return xp.maximum(z, 0) - z * y + xp.log1p(xp.exp(-xp.abs(z)))
+
+
+@kernel("mse")
+def mse(xp, a, b):
+    d = a - b
+    return xp.mean(d * d)
+
+
+@kernel("layernorm")
+def layernorm(xp, x, gamma, beta, axis=-1, eps=1e-5):
+    axis = axis % x.ndim
+    xc = x - xp.mean(x, axis=axis, keepdims=True)
+    var = xp.mean(xc * xc, axis=axis, keepdims=True)
+    xhat = xc / xp.sqrt(var + eps)
+    return xhat * _placed(xp, gamma, x, axis) + _placed(xp, beta, x, axis)
+
+
+def _placed(xp, p, x, axis):
+    """A 1-D gamma/beta lies along `axis` (see `adcompiler.ops.nn.affine_along_axis`)."""
+    if p.ndim == 1 and axis != x.ndim - 1 and p.shape[0] == x.shape[axis]:
+        return xp.reshape(p, [p.shape[0] if k == axis else 1 for k in range(x.ndim)])
+    return p
+
+
+@kernel("take")
+def take(xp, table, idx, axis=0):
+    return xp.take(table, idx, axis=axis)
+
+
+@kernel("take_grad")
+def take_grad(xp, ct, idx, axis, shape):
+    """Scatter-add `ct` into zeros of `shape` at `idx` along `axis`.
+
+    NumPy's ``add.at`` accumulates repeated indices (plain ``out[key] += ct`` would not);
+    on CuPy the same unbuffered scatter is ``cupyx.scatter_add``.
+    """
+    out = xp.zeros(tuple(shape), dtype=ct.dtype)
+    key = (slice(None),) * axis + (idx,)
+    if xp.__name__ == "numpy":
+        xp.add.at(out, key, ct)
+    else:
+        import cupyx
+        cupyx.scatter_add(out, key, ct)
+    return out
+
+
+@kernel("one_hot")
+def one_hot(xp, idx, n, dtype="f32"):
+    return (xp.expand_dims(idx, -1) == xp.arange(n)).astype(DTYPES[dtype])
+
+
+@kernel("stop_gradient")
+def stop_gradient(xp, x):
+    return x
+
+
+@kernel("cast")
+def cast(xp, x, dtype):
+    return x.astype(DTYPES[dtype])

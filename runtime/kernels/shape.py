@@ -1,4 +1,4 @@
-"""Kernels of shape ops."""
+"""Kernels of shape ops (and of `split`, `index_grad`, their adjoint helpers)."""
 from . import kernel
 
 
@@ -10,3 +10,63 @@ def reshape(xp, x, shape):
 @kernel("broadcast_to")
 def broadcast_to(xp, x, shape):
     return xp.broadcast_to(x, tuple(shape))
+
+
+@kernel("expand_dims")
+def expand_dims(xp, x, axis):
+    return xp.expand_dims(x, axis)
+
+
+@kernel("squeeze")
+def squeeze(xp, x, axis=None):
+    # axis=None squeezes the axes of size 1 at run time; the type rule squeezes only axes
+    # statically 1, so a symbolic dim bound to 1 would differ: lowering passes explicit axes
+    # when it can.
+    return xp.squeeze(x, axis=None if axis is None else
+                      (axis if isinstance(axis, int) else tuple(axis)))
+
+
+@kernel("concat")
+def concat(xp, *xs, axis=0):
+    return xp.concatenate(xs, axis=axis)
+
+
+@kernel("split")
+def split(xp, x, axis, shape):
+    ends, total = [], 0
+    for n in shape[:-1]:
+        total += n
+        ends.append(total)
+    return tuple(xp.split(x, ends, axis=axis))
+
+
+@kernel("stack")
+def stack(xp, *xs, axis=0):
+    return xp.stack(xs, axis=axis)
+
+
+def index_key(idx, dyn) -> tuple:
+    """The Python subscript of an `idx` attribute: ints, slices, and '?' from `dyn`."""
+    dyn = iter(dyn)
+    key = []
+    for e in idx:
+        if isinstance(e, str):        # "?": a dynamic index (an integer scalar array)
+            key.append(int(next(dyn)))
+        elif isinstance(e, (list, tuple)):
+            key.append(slice(*e))
+        else:
+            key.append(e)
+    return tuple(key)
+
+
+@kernel("index")
+def index(xp, x, *dyn, idx):
+    return x[index_key(idx, dyn)]
+
+
+@kernel("index_grad")
+def index_grad(xp, ct, *dyn, idx, shape):
+    # basic indexing reaches each element at most once, so assignment scatters exactly
+    out = xp.zeros(tuple(shape), dtype=ct.dtype)
+    out[index_key(idx, dyn)] = ct
+    return out
