@@ -41,7 +41,9 @@ def format_type(t: TensorType) -> str:
 
 
 def format_attr(v) -> str:
-    """One attribute value; floats use `repr`, which round-trips exactly."""
+    """One attribute value; floats use `repr`, which round-trips exactly.
+
+    NumPy scalars that slip into attrs print as the Python int, float or bool they equal."""
     if v is None:
         return "none"
     if isinstance(v, bool) or type(v).__name__ == "bool_":

@@ -18,7 +18,6 @@ from ..ops import registry
 from .core import Block, Function, Module, Op, Value
 from .types import TensorType
 
-STRUCTURAL = ("call", "for", "yield", "return")
 # Attributes any op may carry besides its options: scheduling marks that passes add and
 # type rules ignore (e.g. ops that rematerialization recomputes).
 ANNOTATION_ATTRS = {"recompute"}
