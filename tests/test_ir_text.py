@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -191,6 +192,13 @@ def test_every_attr_keeps_its_python_type():
 ])
 def test_attr_syntax(value, text):
     assert format_attr(value) == text
+
+
+def test_numpy_scalars_print_as_python_constants():
+    assert [format_attr(v) for v in (np.int64(3), np.bool_(True), np.float32(0.5))] == \
+        ["3", "true", "0.5"]
+    with pytest.raises(TypeError):
+        format_attr(object())
 
 
 def test_symbolic_dims_in_types_and_attrs():

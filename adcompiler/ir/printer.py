@@ -21,6 +21,8 @@ import math
 import numbers
 import re
 
+import numpy as np
+
 from .core import Block, Function, Module, Op, Value
 from .types import TensorType
 
@@ -46,7 +48,7 @@ def format_attr(v) -> str:
     NumPy scalars that slip into attrs print as the Python int, float or bool they equal."""
     if v is None:
         return "none"
-    if isinstance(v, bool) or type(v).__name__ == "bool_":
+    if isinstance(v, (bool, np.bool_)):
         return "true" if v else "false"
     if isinstance(v, numbers.Integral):
         return str(int(v))
