@@ -9,7 +9,8 @@ Conventions at kinks and singular points (tests check each):
 * ``leaky_relu'(x) = 1`` for ``x > 0`` else `slope`, so ``leaky_relu'(0) = slope`` (as PyTorch);
 * ``maximum``/``minimum`` give each of two tied arguments half the cotangent;
 * ``clip(x, lo, hi)`` passes the cotangent to `x` where ``lo <= x <= hi`` (bounds inclusive),
-  to `lo` where ``x < lo`` and to `hi` where ``x > hi``;
+  to `lo` where ``x < lo`` and to `hi` where ``x > hi`` (bounds with ``lo > hi`` are not
+  supported);
 * ``pow(a, b)``: ``d/da = b * a**(b-1)`` and ``d/db = log(a) * a**b`` with ``log(a)`` read as 0
   where ``a == 0`` (as JAX), so ``0**b`` has a zero `b`-derivative; a negative base gives NaN
   for ``d/db`` (the logarithm is undefined there);
