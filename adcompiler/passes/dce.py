@@ -21,18 +21,23 @@ from ..ops import registry
 from .pipeline import FunctionPass, register_pass
 
 
-def _impure(op: Op, module: Module | None, seen: frozenset = frozenset()) -> bool:
-    """Whether `op` (or anything it contains or calls) must run even if unused."""
+def _impure(op: Op, module: Module | None) -> bool:
+    """Whether `op` must stay even if its results are unused."""
+    return op.name in ("return", "yield") or _effects(op, module)
+
+
+def _effects(op: Op, module: Module | None, seen: frozenset = frozenset()) -> bool:
+    """Whether `op` or anything it contains or calls is impure (unknown callees are)."""
     if op.name in ("return", "yield"):
-        return True
+        return False
     if op.name == "call":
         callee = op.attrs["callee"]
         if module is None or callee not in module or callee in seen:
             return module is None or callee not in module
-        return any(_impure(o, module, seen | {callee}) for o in module[callee].walk())
+        return any(_effects(o, module, seen | {callee}) for o in module[callee].walk())
     if op.name in registry.REGISTRY and registry.get(op.name).has("impure"):
         return True
-    return any(_impure(o, module, seen) for r in op.regions for o in r.ops)
+    return any(_effects(o, module, seen) for r in op.regions for o in r.ops)
 
 
 def _slice(block: Block, roots: set[Value], module: Module | None) -> set[Value]:
