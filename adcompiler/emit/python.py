@@ -176,7 +176,8 @@ class _FunctionEmitter:
         inits = [self.name(v) for v in op.operands[:n_carry]]
         xs = [self.name(v) for v in op.operands[n_carry:]]
         yielded = body.terminator.operands
-        ys = [self.name.fresh(f"{self.name(r)}_steps") for r in op.results[n_carry:]]
+        ys = [self.name.fresh(f"{r.name}_steps" if r.name else "ys")
+              for r in op.results[n_carry:]]
         it = self.name.fresh("step")
         n = dim_expr(op.attrs["n"], self.syms)
         for c, init in zip(carries, inits):
@@ -196,7 +197,10 @@ class _FunctionEmitter:
         for y, v in zip(ys, yielded[n_carry:]):
             self.lines.append(f"{pad}    {y}.append({self.name(v)})")
         for r, c in zip(op.results[:n_carry], carries):
-            self.lines.append(f"{pad}{self.name(r)} = {self.name(c)}")
+            if r in self.name.names:
+                self.lines.append(f"{pad}{self.name(r)} = {self.name(c)}")
+            else:  # the final carry stays in the loop's variable
+                self.name.names[r] = self.name(c)
         for r, y in zip(op.results[n_carry:], ys):
             order = f"{y}[::-1]" if op.attrs.get("reverse") else y
             self.lines.append(f"{pad}{self.name(r)} = np.stack({order})")
@@ -251,7 +255,8 @@ def emit_python(module: Module, fn_name: str, output_names: list[str] | None = N
     out += ["", 'if __name__ == "__main__":',
             "    import sys",
             "    if len(sys.argv) < 2:",
-            "        sys.exit(f\"usage: python {sys.argv[0]} INPUTS.npz [OUT.npz]\")",
+            "        sys.exit(f\"usage: python {sys.argv[0]} INPUTS.npz [OUT.npz] \"",
+            "                 \"[DIM=SIZE ...]\")",
             "    data = np.load(sys.argv[1])",
             f"    dtypes = {dtypes!r}",
             "    inputs = {k: np.asarray(data[k], dtype=t) for k, t in dtypes.items()}",
