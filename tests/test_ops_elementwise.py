@@ -93,13 +93,13 @@ UNARY_SHAPES = [(), (5,), (2, 3)]
 
 @pytest.mark.parametrize("shape", UNARY_SHAPES, ids=str)
 @pytest.mark.parametrize("name", sorted(UNARY))
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
 def test_unary_values(name, shape, dtype):
     ref, sample = UNARY[name]
     x = sample(shape).astype(dtype)
     y = apply(name, x)
     assert y.dtype == x.dtype and y.shape == x.shape
-    rtol = 1e-5 if dtype == "float32" else 1e-12
+    rtol = {"float16": 4e-3, "float32": 1e-5, "float64": 1e-12}[dtype]
     np.testing.assert_allclose(y, ref(x.astype(np.float64)), rtol=rtol, atol=rtol)
 
 
@@ -156,14 +156,14 @@ BINARY_SHAPES = [((2, 3), (2, 3)), ((3, 1), (1, 4)), ((2, 3), (3,)), ((), (2, 3)
 
 @pytest.mark.parametrize("shapes", BINARY_SHAPES, ids=str)
 @pytest.mark.parametrize("name", sorted(BINARY))
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
 def test_binary_values(name, shapes, dtype):
     ref, sa, sb = BINARY[name]
     a, b = sa(shapes[0]).astype(dtype), sb(shapes[1]).astype(dtype)
     y = apply(name, a, b)
     assert y.dtype == np.dtype(dtype)
     assert y.shape == np.broadcast_shapes(*shapes)
-    rtol = 1e-5 if dtype == "float32" else 1e-12
+    rtol = {"float16": 4e-3, "float32": 1e-5, "float64": 1e-12}[dtype]
     np.testing.assert_allclose(y, ref(a.astype(np.float64), b.astype(np.float64)),
                                rtol=rtol, atol=rtol)
 

@@ -52,13 +52,13 @@ def np_axis(axis):
 @pytest.mark.parametrize("keepdims", [False, True])
 @pytest.mark.parametrize("axis", AXES, ids=str)
 @pytest.mark.parametrize("name", sorted(REDUCTIONS))
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
 def test_reduction_values(name, axis, keepdims, dtype):
     x = RNG.standard_normal(SHAPE).astype(dtype)
     y = apply(name, x, axis=axis, keepdims=keepdims)
     want = REDUCTIONS[name](x.astype(np.float64), axis=np_axis(axis), keepdims=keepdims)
     assert y.dtype == x.dtype and y.shape == np.shape(want)
-    rtol = 1e-5 if dtype == "float32" else 1e-12
+    rtol = {"float16": 4e-3, "float32": 1e-5, "float64": 1e-12}[dtype]
     np.testing.assert_allclose(y, want, rtol=rtol, atol=rtol)
 
 

@@ -95,18 +95,15 @@ def _chain(fn):
 
 
 def _gelu_deriv(b, x, y):
-    # gelu = 0.5 x (1 + t), t = tanh(k (x + a x^3)):
-    # gelu' = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 a x^2)
+    # gelu = 0.5 x (1 + t), t = tanh(k x (1 + a x^2)):
+    # gelu' = 0.5 ((1 + t) + x (1 - t^2) k (1 + 3 a x^2))
     k, a = math.sqrt(2.0 / math.pi), 0.044715
-    x2 = b.emit("square", x)
-    u = b.emit("mul", b.emit("mul", _c(b, k, x), x),
-               b.emit("add", _c(b, 1.0, x), b.emit("mul", _c(b, a, x), x2)))
-    t = b.emit("tanh", u)
-    one = _c(b, 1.0, x)
-    left = b.emit("add", one, t)
+    one, x2 = _c(b, 1.0, x), b.emit("square", x)
+    t = b.emit("tanh", b.emit("mul", b.emit("mul", _c(b, k, x), x),
+                              b.emit("add", one, b.emit("mul", _c(b, a, x), x2))))
     du = b.emit("mul", _c(b, k, x), b.emit("add", one, b.emit("mul", _c(b, 3 * a, x), x2)))
     right = b.emit("mul", b.emit("mul", x, b.emit("sub", one, b.emit("square", t))), du)
-    return b.emit("mul", _c(b, 0.5, x), b.emit("add", left, right))
+    return b.emit("mul", _c(b, 0.5, x), b.emit("add", b.emit("add", one, t), right))
 
 
 # ---- unary ---------------------------------------------------------------------------
