@@ -190,12 +190,12 @@ class _FunctionEmitter:
         for s, x in zip(slices, xs):
             self.lines.append(f"{pad}    {self.name(s)} = {x}[{it}]")
         self.block(body, depth + 1)
+        for y, v in zip(ys, yielded[n_carry:]):  # before the carries move on: a y may be one
+            self.lines.append(f"{pad}    {y}.append({self.name(v)})")
         if carries:
             lhs = ", ".join(self.name(c) for c in carries)
             rhs = ", ".join(self.name(v) for v in yielded[:n_carry])
             self.lines.append(f"{pad}    {lhs} = {rhs}")
-        for y, v in zip(ys, yielded[n_carry:]):
-            self.lines.append(f"{pad}    {y}.append({self.name(v)})")
         for r, c in zip(op.results[:n_carry], carries):
             if r in self.name.names:
                 self.lines.append(f"{pad}{self.name(r)} = {self.name(c)}")
