@@ -216,7 +216,7 @@ def build_adjoint(module: Module, fn: Function, wrt: list[str], name: str) -> Fu
     adj, _ = clone_function(fn, name)
     ret = adj.body.ops.pop()
     results = list(ret.operands)
-    active = analyze_activity(adj, wrt)
+    active = analyze_activity(adj, wrt, results)
     b = Builder(adj.body, ret.loc)
     cts = Cotangents(b, active)
     for r in results:
