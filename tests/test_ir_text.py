@@ -344,3 +344,18 @@ def test_random_attrs_and_hints_round_trip(attrs, hints):
     parsed = parse_module(text)
     assert print_module(parsed) == text
     assert_same_module(m, parsed)
+
+
+@pytest.mark.parametrize("make, fn, wrt", [(simple_module, "f", ("W", "x")),
+                                           (loop_module, "rnn", ("h0", "xs"))])
+def test_derivative_programs_round_trip_and_verify(make, fn, wrt):
+    from adcompiler.ir.verifier import verify
+    from adcompiler.passes.reverse import Reverse
+    adj = Reverse(wrt=wrt, fn=fn)(make())
+    text = print_module(adj)
+    parsed = parse_module(text)
+    assert print_module(parsed) == text
+    assert_same_module(adj, parsed)
+    verify(parsed)
+    grad = parsed[f"{fn}_grad"]
+    assert grad.result_types[-len(wrt):] == [grad.arg(name).type for name in wrt]
