@@ -1,0 +1,194 @@
+"""The TDSL syntax tree. Every node carries the `Span` of the source text it came from.
+
+Expressions keep the position of the token that names their operation (`op_span`: the
+operator of a binary expression, the name of a call, the ``[`` of an index), which is where
+the IR op they lower to is located.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+
+@dataclass(frozen=True)
+class Span:
+    """A range of source text; lines and columns count from 1, the end is exclusive."""
+
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+
+    def to(self, other: "Span") -> "Span":
+        """The span from the start of `self` to the end of `other`."""
+        return Span(self.line, self.col, other.end_line, other.end_col)
+
+
+# ---- expressions ---------------------------------------------------------------------
+
+@dataclass(eq=False)
+class Number:
+    value: int | float
+    span: Span
+
+
+@dataclass(eq=False)
+class Name:
+    id: str
+    span: Span
+
+
+@dataclass(eq=False)
+class String:
+    value: str
+    span: Span
+
+
+@dataclass(eq=False)
+class Bool:
+    value: bool
+    span: Span
+
+
+@dataclass(eq=False)
+class ListExpr:
+    items: list["Expr"]
+    span: Span
+
+
+@dataclass(eq=False)
+class Neg:
+    operand: "Expr"
+    span: Span          # starts at the minus sign
+
+
+@dataclass(eq=False)
+class Binary:
+    """``left OP right``; `op` is the operator text (``+ - * / @ ** < <= > >= == !=``)."""
+
+    op: str
+    left: "Expr"
+    right: "Expr"
+    span: Span
+    op_span: Span
+
+
+@dataclass(eq=False)
+class Keyword:
+    name: str
+    value: "Expr"
+    span: Span          # the keyword's name
+
+
+@dataclass(eq=False)
+class Call:
+    func: str
+    args: list["Expr"]
+    kwargs: list[Keyword]
+    span: Span
+    op_span: Span       # the callee's name
+
+
+@dataclass(eq=False)
+class Slice:
+    """``start:stop:step``; absent parts are None."""
+
+    start: "Expr | None"
+    stop: "Expr | None"
+    step: "Expr | None"
+    span: Span
+
+
+@dataclass(eq=False)
+class Index:
+    value: "Expr"
+    subscripts: list["Expr | Slice"]
+    span: Span
+    op_span: Span       # the opening bracket
+
+
+Expr = Union[Number, Name, String, Bool, ListExpr, Neg, Binary, Call, Index]
+
+
+# ---- statements ----------------------------------------------------------------------
+
+@dataclass(eq=False)
+class Target:
+    name: str
+    span: Span
+
+
+@dataclass(eq=False)
+class Assign:
+    """``a = e`` or ``a, b = e`` (one target per result)."""
+
+    targets: list[Target]
+    value: Expr
+    span: Span
+
+
+@dataclass(eq=False)
+class For:
+    var: Target
+    count: int | str    # an integer literal or a symbolic dimension
+    count_span: Span
+    body: list["Stmt"]
+    span: Span          # the ``for`` keyword
+    close_span: Span    # the closing brace of the body
+
+
+@dataclass(eq=False)
+class Return:
+    values: list[Expr]
+    span: Span          # the ``return`` keyword
+
+
+Stmt = Union[Assign, For, Return]
+
+
+# ---- definitions ---------------------------------------------------------------------
+
+@dataclass(eq=False)
+class TypeExpr:
+    """``f32``, ``f32[]`` or ``f32[B, 3]``; dims are ints or symbol names."""
+
+    dtype: str
+    shape: tuple
+    span: Span
+
+
+@dataclass(eq=False)
+class Param:
+    name: str
+    type: TypeExpr
+    is_param: bool
+    span: Span
+
+
+@dataclass(eq=False)
+class FuncDef:
+    name: str
+    params: list[Param]
+    results: list[TypeExpr]
+    body: list[Stmt]
+    span: Span          # the ``def`` keyword
+    name_span: Span
+    close_span: Span    # the closing brace
+
+
+@dataclass(eq=False)
+class RuleDef:
+    """``grad f(...) {...}`` or ``tangent f(...) {...}``: a custom derivative of `name`."""
+
+    kind: str           # "grad" or "tangent"
+    name: str
+    params: list[Target]
+    body: list[Stmt]
+    span: Span
+    name_span: Span
+    close_span: Span
+
+
+@dataclass(eq=False)
+class Module:
+    defs: list[FuncDef | RuleDef] = field(default_factory=list)

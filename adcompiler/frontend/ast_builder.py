@@ -1,0 +1,209 @@
+"""The lark transformer that turns grammar rules into `ast` nodes (run inline by the parser).
+
+Each method receives the rule's children: already-built nodes and the named tokens the
+grammar keeps (keywords, operators and brackets, whose positions become spans).
+"""
+from __future__ import annotations
+
+import math
+import re
+
+from lark import Token, Transformer
+
+from . import ast
+from .ast import Span
+
+
+class TreeError(Exception):
+    """A malformed construct found while building the tree (the parser adds the file)."""
+
+    def __init__(self, message: str, span: Span):
+        super().__init__(message)
+        self.message = message
+        self.span = span
+
+
+def span(x) -> Span:
+    """The span of a token or node."""
+    if isinstance(x, Token):
+        return Span(x.line, x.column, x.end_line, x.end_column)
+    return x.span
+
+
+class _Block:
+    def __init__(self, stmts, close: Span):
+        self.stmts = stmts
+        self.close = close
+
+
+class _Args:
+    def __init__(self, args, kwargs):
+        self.args = args
+        self.kwargs = kwargs
+
+
+def _nodes(children):
+    return [c for c in children if not isinstance(c, Token)]
+
+
+def _number(tok: Token) -> int | float:
+    text = tok.value
+    if re.fullmatch(r"\d+", text):
+        if len(text) > 400:
+            raise TreeError("integer literal is too large", span(tok))
+        return int(text)
+    value = float(text)
+    if math.isinf(value):
+        raise TreeError(f"number {text} is too large", span(tok))
+    return value
+
+
+class AstBuilder(Transformer):
+    # ---- definitions -----------------------------------------------------------------
+    def start(self, c):
+        return ast.Module([x for x in c if isinstance(x, (ast.FuncDef, ast.RuleDef))])
+
+    def funcdef(self, c):
+        kw, name = c[0], c[1]
+        params = next((x for x in c if isinstance(x, list) and x and
+                       isinstance(x[0], ast.Param)), [])
+        results = next(x for x in c if isinstance(x, tuple))
+        block = c[-1]
+        return ast.FuncDef(name.value, params, list(results), block.stmts, span(kw),
+                           span(name), block.close)
+
+    def params(self, c):
+        return list(c)
+
+    def param(self, c):
+        is_param = isinstance(c[0], Token) and c[0].type == "PARAM"
+        name = c[1] if is_param else c[0]
+        return ast.Param(name.value, c[-1], is_param, span(c[0]).to(span(c[-1])))
+
+    def result(self, c):
+        return tuple(c)
+
+    def type(self, c):
+        name = c[0]
+        dims = c[1] if len(c) > 1 else []
+        end = span(dims[-1]) if dims else span(name)
+        return ast.TypeExpr(name.value, tuple(d.value for d in dims), span(name).to(end))
+
+    def dims(self, c):
+        for d in c:
+            if d.type == "NUMBER":
+                if not re.fullmatch(r"\d+", d.value) or len(d.value) > 18:
+                    raise TreeError(f"a dimension must be an integer or a name, not {d.value}",
+                                    span(d))
+                d.value = int(d.value)
+        return list(c)
+
+    def ruledef(self, c):
+        kw, name = c[0], c[1]
+        params = c[2] if len(c) == 4 else []
+        block = c[-1]
+        return ast.RuleDef(kw.value, name.value, params, block.stmts, span(kw), span(name),
+                           block.close)
+
+    def names(self, c):
+        return [ast.Target(t.value, span(t)) for t in c]
+
+    def block(self, c):
+        return _Block(_nodes(c), span(c[-1]))
+
+    # ---- statements ------------------------------------------------------------------
+    def assign(self, c):
+        targets = [ast.Target(t.value, span(t)) for t in c[:-1]]
+        return ast.Assign(targets, c[-1], span(c[0]).to(span(c[-1])))
+
+    def for_stmt(self, c):
+        kw, var, count, block = c
+        if count.type == "NUMBER":
+            if not re.fullmatch(r"\d+", count.value) or len(count.value) > 18:
+                raise TreeError("a loop count must be an integer or a symbolic dimension",
+                                span(count))
+            n = int(count.value)
+        else:
+            n = count.value
+        return ast.For(ast.Target(var.value, span(var)), n, span(count), block.stmts,
+                       span(kw), block.close)
+
+    def return_stmt(self, c):
+        return ast.Return(c[1:], span(c[0]))
+
+    # ---- expressions -----------------------------------------------------------------
+    def binop(self, c):
+        left, op, right = c
+        return ast.Binary(op.value, left, right, span(left).to(span(right)), span(op))
+
+    compare = binop
+
+    def neg(self, c):
+        return ast.Neg(c[1], span(c[0]).to(span(c[1])))
+
+    def call(self, c):
+        name, rpar = c[0], c[-1]
+        args = c[2] if len(c) == 4 else _Args([], [])
+        return ast.Call(name.value, args.args, args.kwargs, span(name).to(span(rpar)),
+                        span(name))
+
+    def args(self, c):
+        pos, kws, seen = [], [], set()
+        for a in c:
+            if isinstance(a, ast.Keyword):
+                if a.name in seen:
+                    raise TreeError(f"keyword argument '{a.name}' is repeated", a.span)
+                seen.add(a.name)
+                kws.append(a)
+            elif kws:
+                raise TreeError("positional argument after keyword arguments", a.span)
+            else:
+                pos.append(a)
+        return _Args(pos, kws)
+
+    def kwarg(self, c):
+        return ast.Keyword(c[0].value, c[1], span(c[0]))
+
+    def index(self, c):
+        value, lsqb, subs, rsqb = c
+        return ast.Index(value, subs, span(value).to(span(rsqb)), span(lsqb))
+
+    def subscripts(self, c):
+        return list(c)
+
+    def slice(self, c):
+        parts: list = [None]
+        for x in c:
+            if isinstance(x, Token) and x.type == "COLON":
+                parts.append(None)
+            else:
+                parts[-1] = x
+        parts += [None] * (3 - len(parts))
+        return ast.Slice(parts[0], parts[1], parts[2], span(c[0]).to(span(c[-1])))
+
+    def number(self, c):
+        return ast.Number(_number(c[0]), span(c[0]))
+
+    def name(self, c):
+        return ast.Name(c[0].value, span(c[0]))
+
+    def string(self, c):
+        raw = c[0].value[1:-1]
+        value = re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t"}.get(m[1], m[1]), raw)
+        return ast.String(value, span(c[0]))
+
+    def true(self, c):
+        return ast.Bool(True, span(c[0]))
+
+    def false(self, c):
+        return ast.Bool(False, span(c[0]))
+
+    def paren(self, c):
+        return c[1]
+
+    def list(self, c):
+        items = c[1] if len(c) == 3 else []
+        return ast.ListExpr(items, span(c[0]).to(span(c[-1])))
+
+    def items(self, c):
+        return list(c)

@@ -1,0 +1,138 @@
+"""Lowering calls (module functions and registry ops) and indexing (a mixin of the lowerer).
+
+A registry op's positional arguments fill the names of `OpDef.signature` in order (operands
+and options); keyword arguments name options (or operands). A ``*xs`` operand takes a list
+``[a, b]`` or, when no list is given, all remaining positional arguments.
+"""
+from __future__ import annotations
+
+import difflib
+
+from ..ir.core import Function
+from ..ops import registry
+from . import ast
+from .options import ConstEval
+from .values import Multi, Weak
+
+
+class CallLowering:
+    def call(self, e: ast.Call):
+        if e.func in self.functions:
+            return self.fn_call(e, self.functions[e.func])
+        if e.func in registry.REGISTRY:
+            return self.op_call(e, registry.REGISTRY[e.func])
+        msg = f"unknown function or op '{e.func}'"
+        close = difflib.get_close_matches(
+            e.func, list(self.functions) + list(registry.REGISTRY), 1)
+        if close:
+            msg += f"; did you mean '{close[0]}'?"
+        raise self.error(msg, e.op_span)
+
+    # ---- module functions ------------------------------------------------------------
+    def fn_call(self, e: ast.Call, fn: Function):
+        if e.kwargs:
+            raise self.error(f"function '{fn.name}' takes no keyword arguments",
+                             e.kwargs[0].span)
+        if len(e.args) != len(fn.args):
+            raise self.error(f"function '{fn.name}' takes {len(fn.args)} "
+                             f"argument{'s' * (len(fn.args) != 1)}, got {len(e.args)}",
+                             e.op_span)
+        args = []
+        for a, param in zip(e.args, fn.args):
+            v = self.to_type(self.value(a), param.type)
+            if v.type != param.type:
+                raise self.error(f"argument '{param.name}' of '{fn.name}' must be "
+                                 f"{param.type}, got {v.type}", a.span)
+            args.append(v)
+        self.calls.append((fn.name, self.loc(e.op_span)))
+        self.b.loc = self.loc(e.op_span)
+        results = self.b.call(fn, args)
+        return results[0] if len(results) == 1 else Multi(results, fn.name, e.span)
+
+    # ---- registry ops ----------------------------------------------------------------
+    def op_call(self, e: ast.Call, opdef: registry.OpDef):
+        name = opdef.name
+        operands = [o.lstrip("*") for o in opdef.operands]
+        variadic = {o.lstrip("*") for o in opdef.operands if o.startswith("*")}
+        slots: dict[str, object] = {}
+        pos = list(e.args)
+        for entry in opdef.signature:
+            if not pos:
+                break
+            key = entry.lstrip("*")
+            if key in variadic:
+                if isinstance(pos[0], ast.ListExpr):
+                    slots[key] = pos.pop(0).items
+                else:
+                    slots[key], pos = pos, []
+            else:
+                slots[key] = pos.pop(0)
+        if pos:
+            sig = ", ".join(opdef.signature)
+            raise self.error(f"{name}({sig}) takes at most {len(opdef.signature)} "
+                             f"positional arguments, got {len(e.args)}", pos[0].span)
+        for kw in e.kwargs:
+            if kw.name in slots:
+                raise self.error(f"argument '{kw.name}' of {name} is given twice", kw.span)
+            if kw.name not in operands and opdef.option(kw.name) is None:
+                known = ", ".join(o.name for o in opdef.options) or "none"
+                raise self.error(f"{name} has no option '{kw.name}' (options: {known})",
+                                 kw.span)
+            is_list = kw.name in variadic and isinstance(kw.value, ast.ListExpr)
+            slots[kw.name] = kw.value.items if is_list else kw.value
+        missing = [o for o in operands if o not in slots and o not in variadic]
+        if missing:
+            given = sum(1 for o in operands if o in slots)
+            raise self.error(f"{name} needs {len(operands)} operand"
+                             f"{'s' * (len(operands) != 1)} ({', '.join(opdef.operands)}), "
+                             f"got {given}", e.op_span)
+        vals = []
+        for o in operands:
+            exprs = slots.get(o, [])
+            exprs = exprs if isinstance(exprs, list) else [exprs]
+            vals += [self.value(x) for x in exprs]
+        vals = self.meet(vals)
+        attrs = {}
+        ce = ConstEval(self.lookup, self.error, self.symbols)
+        for opt in opdef.options:
+            if opt.name in slots:
+                x = slots[opt.name]
+                attrs[opt.name] = ce.check(opt.kind, ce.value(x),
+                                           f"option '{opt.name}' of {name}", x.span)
+        op = self.emit(name, vals, attrs, e.op_span, name)
+        return op.results[0] if len(op.results) == 1 else Multi(op.results, name, e.span)
+
+    # ---- indexing --------------------------------------------------------------------
+    def index(self, e: ast.Index):
+        base = self.value(e.value)
+        if isinstance(base, Weak):
+            raise self.error("a number cannot be indexed", e.op_span)
+        idx, dyn = [], []
+        for sub in e.subscripts:
+            if isinstance(sub, ast.Slice):
+                parts = [None if p is None else self.static_int(p, "a slice bound")
+                         for p in (sub.start, sub.stop, sub.step)]
+                if parts[2] == 0:
+                    raise self.error("a slice step cannot be zero", sub.step.span)
+                idx.append(tuple(parts))
+                continue
+            v = self.value(sub)
+            if isinstance(v, Weak):
+                idx.append(self.static_int(sub, "an index", v))
+            else:
+                if v.type.rank != 0 or v.type.dtype not in ("i32", "i64"):
+                    raise self.error(f"an index must be an integer scalar, got {v.type}",
+                                     sub.span)
+                idx.append("?")
+                dyn.append(v)
+        return self.emit("index", [base] + dyn, {"idx": tuple(idx)}, e.op_span,
+                         "index").result
+
+    def static_int(self, x, what: str, v=None) -> int:
+        v = self.value(x) if v is None else v
+        if not isinstance(v, Weak):
+            raise self.error(f"{what} must be an integer constant", x.span)
+        if not isinstance(v.value, int) or abs(v.value) >= 2 ** 63:
+            raise self.error(f"{what} must be an integer, got {v.value}", x.span)
+        return v.value
+

@@ -1,0 +1,151 @@
+"""Lowering a TDSL syntax tree to an IR `Module`.
+
+Functions keep their source order. A ``grad f`` rule becomes the function ``f.grad`` with
+``attrs["grad_of"] = "f"``, arguments (f's inputs, f's results, cotangents of f's results)
+and one result per input of f; a ``tangent f`` rule becomes ``f.tangent`` with
+``attrs["tangent_of"] = "f"``, arguments (f's inputs, their tangents) and one result per
+result of f. Argument types come from f's declaration. Calls must pass exactly the declared
+types (a symbolic dimension names the same size everywhere).
+"""
+from __future__ import annotations
+
+from ..diagnostics import AdcError, Loc
+from ..ir.core import Block, Function, Module
+from ..ir.types import DTYPES, TensorType
+from . import ast
+from .function import FunctionLowerer
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+class ModuleLowerer:
+    def __init__(self, file: str):
+        self.file = file
+
+    def loc(self, span: ast.Span) -> Loc:
+        return Loc(self.file, span.line, span.col)
+
+    def error(self, msg: str, span: ast.Span) -> AdcError:
+        return AdcError(msg, self.loc(span))
+
+    def type(self, t: ast.TypeExpr) -> TensorType:
+        if t.dtype not in DTYPES:
+            raise self.error(f"unknown dtype '{t.dtype}' (expected one of "
+                             f"{', '.join(DTYPES)})", t.span)
+        return TensorType(t.dtype, t.shape)
+
+    def unique(self, targets) -> None:
+        seen = set()
+        for t in targets:
+            if t.name in seen:
+                raise self.error(f"duplicate parameter '{t.name}'", t.span)
+            seen.add(t.name)
+
+    # ---- the module ------------------------------------------------------------------
+    def lower(self, tree: ast.Module) -> Module:
+        if not any(isinstance(d, ast.FuncDef) for d in tree.defs):
+            span = tree.defs[0].span if tree.defs else ast.Span(1, 1, 1, 1)
+            raise self.error("the file defines no function (def NAME(...) -> TYPE {...})",
+                             span)
+        defs: dict[str, ast.FuncDef] = {}
+        sigs: dict[str, tuple[list[TensorType], list[TensorType]]] = {}
+        for d in tree.defs:
+            if isinstance(d, ast.FuncDef):
+                if d.name in defs:
+                    raise self.error(f"function '{d.name}' is already defined at line "
+                                     f"{defs[d.name].span.line}", d.name_span)
+                defs[d.name] = d
+                self.unique(d.params)
+                sigs[d.name] = ([self.type(p.type) for p in d.params],
+                                [self.type(t) for t in d.results])
+        module, functions, jobs = Module(), {}, []
+        for d in tree.defs:
+            if isinstance(d, ast.FuncDef):
+                ins, outs = sigs[d.name]
+                fn = Function(d.name, Block(ins, [p.name for p in d.params]), outs,
+                              params={p.name for p in d.params if p.is_param},
+                              loc=self.loc(d.span))
+                functions[d.name] = fn
+                spans = [p.span for p in d.params]
+                what = f"function '{d.name}'"
+                count = self.count_msg(what, len(outs))
+            else:
+                fn, spans, what, count = self.rule(d, sigs, module)
+            module.add(fn)
+            jobs.append((d, fn, spans, what, count))
+        edges = {}
+        for d, fn, spans, what, count in jobs:
+            fl = FunctionLowerer(self.file, functions, fn, what, spans)
+            fl.lower(d.body, d.close_span, count)
+            edges[fn.name] = fl.calls
+        check_recursion(list(module.functions), edges)
+        return module
+
+    @staticmethod
+    def count_msg(what: str, n: int):
+        return lambda got: f"{what} declares {_plural(n, 'result')}, but the return gives {got}"
+
+    def rule(self, d: ast.RuleDef, sigs, module: Module):
+        """The `Function` of a ``grad``/``tangent`` rule, typed from the primal's signature."""
+        if d.name not in sigs:
+            raise self.error(f"{d.kind} rule for unknown function '{d.name}'", d.name_span)
+        name = f"{d.name}.{d.kind}"
+        if name in module:
+            raise self.error(f"function '{d.name}' already has a {d.kind} rule (line "
+                             f"{module[name].loc.line})", d.name_span)
+        ins, outs = sigs[d.name]
+        if d.kind == "grad":
+            arg_types, results = ins + outs + outs, ins
+            parts = (f"{_plural(len(ins), 'input')}, {_plural(len(outs), 'result')}, "
+                     f"{_plural(len(outs), 'result cotangent')}")
+            noun, why = "cotangent", f"one per input of '{d.name}'"
+        else:
+            arg_types, results = ins + ins, outs
+            parts = f"{_plural(len(ins), 'input')}, {_plural(len(ins), 'input tangent')}"
+            noun, why = "tangent", f"one per result of '{d.name}'"
+        if len(d.params) != len(arg_types):
+            raise self.error(f"{d.kind} rule for '{d.name}' takes "
+                             f"{_plural(len(arg_types), 'parameter')} ({parts}), got "
+                             f"{len(d.params)}", d.name_span)
+        self.unique(d.params)
+        fn = Function(name, Block(arg_types, [p.name for p in d.params]), results,
+                      attrs={f"{d.kind}_of": d.name}, loc=self.loc(d.span))
+        what = f"{d.kind} rule for '{d.name}'"
+
+        def count(got):
+            return f"{what} must return {_plural(len(results), noun)} ({why}), got {got}"
+        return fn, [p.span for p in d.params], what, count
+
+
+def check_recursion(order: list[str], edges: dict[str, list]) -> None:
+    """Raise at the call that closes a cycle of calls (direct or mutual recursion)."""
+    state: dict[str, int] = {}     # 1: on the current path, 2: finished
+    for root in order:
+        if root in state:
+            continue
+        path, stack = [root], [(root, 0)]
+        state[root] = 1
+        while stack:
+            name, k = stack[-1]
+            calls = edges.get(name, [])
+            if k == len(calls):
+                stack.pop()
+                path.pop()
+                state[name] = 2
+                continue
+            stack[-1] = (name, k + 1)
+            callee, loc = calls[k]
+            if state.get(callee) == 1:
+                cycle = path[path.index(callee):] + [callee]
+                raise AdcError(f"recursive call {' -> '.join(cycle)} (recursion is not "
+                               "supported)", loc)
+            if callee not in state:
+                state[callee] = 1
+                path.append(callee)
+                stack.append((callee, 0))
+
+
+def lower_module(tree: ast.Module, file: str = "<input>") -> Module:
+    return ModuleLowerer(file).lower(tree)
