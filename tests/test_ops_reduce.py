@@ -6,10 +6,14 @@ import numpy as np
 import pytest
 
 from gradcheck import check_grads, one_op_module, run
+from test_ops_elementwise import check_second_order
 from adc_runtime.kernels import KERNELS
 from adcompiler.diagnostics import ShapeError
 from adcompiler.ir.builder import Builder
 from adcompiler.ir.core import Block, Function, Module
+from adcompiler.ir.parser import parse_module
+from adcompiler.ir.printer import print_module
+from adcompiler.ir.verifier import verify
 from adcompiler.ir.types import DTYPE_OF_NUMPY, TensorType
 from adcompiler.ops import registry
 from adcompiler.passes.reverse import Reverse
@@ -69,6 +73,13 @@ def test_reduction_grads(name, axis, keepdims):
     # distinct values (a shuffled grid) so max/min are unique and differentiable
     x = RNG.permutation(np.arange(24.0)).reshape(SHAPE) / 7 - 1.5
     check_grads(name, [x], {"axis": axis, "keepdims": keepdims})
+
+
+@pytest.mark.parametrize("axis", [None, 1], ids=str)
+@pytest.mark.parametrize("name", sorted(REDUCTIONS))
+def test_second_order(name, axis):
+    check_second_order(name, [RNG.permutation(np.arange(6.0)).reshape(2, 3) / 3],
+                       {"axis": axis})
 
 
 @pytest.mark.parametrize("name", sorted(REDUCTIONS))
@@ -190,6 +201,16 @@ def test_sum_to():
                                x.sum(axis=(0, 2)).reshape(2, 1), rtol=1e-12)
     check_grads("sum_to", [x], {"shape": (2, 1)})
     check_grads("sum_to", [x], {"shape": (3,)})
+
+
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_adjoints_verify_and_print_back(keepdims):
+    for name in sorted(REDUCTIONS):
+        m = Reverse(fn="f")(one_op_module(name, [np.ones((2, 3, 4))],
+                                          {"axis": [0, -1], "keepdims": keepdims}))
+        verify(m)
+        text = print_module(m)
+        assert print_module(parse_module(text)) == text, name
 
 
 def test_every_documented_reduction_is_registered_tested_and_has_a_kernel():
