@@ -55,7 +55,7 @@ def weights_for(module: Module, rng) -> dict:
 def finite_difference(module: Module, inputs: dict, name: str, eps: float = 1e-6,
                       fn: str = "f") -> np.ndarray:
     """Central differences of the scalar `f` with respect to input `name`."""
-    x = inputs[name]
+    x = np.asarray(inputs[name], dtype=np.float64)
     grad = np.zeros_like(x, dtype=np.float64)
     for idx in np.ndindex(x.shape):
         plus, minus = dict(inputs), dict(inputs)
