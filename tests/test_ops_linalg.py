@@ -8,7 +8,7 @@ from adcompiler.ir.builder import Builder
 from adcompiler.ir.core import Block
 from adcompiler.ir.types import TensorType
 from gradcheck import check_grads
-from test_ops_shape import evaluate, rand, symbolic_grads
+from test_ops_shape import check_second_order, evaluate, rand, symbolic_grads
 
 MATMUL_SHAPES = [
     ((3,), (3,)),                 # dot product -> scalar
@@ -82,6 +82,18 @@ def test_einsum_values(spec, shapes):
 @pytest.mark.parametrize("spec,shapes", EINSUMS, ids=[e[0] for e in EINSUMS])
 def test_einsum_grads(spec, shapes):
     check_grads("einsum", [rand(*s) for s in shapes], {"spec": spec})
+
+
+@pytest.mark.parametrize("op,shapes,attrs", [
+    ("matmul", [(2, 3), (3, 2)], {}),
+    ("matmul", [(3,), (2, 3, 2)], {}),
+    ("matmul", [(2, 2, 3), (3,)], {}),
+    ("transpose", [(2, 3)], {}),
+    ("einsum", [(2, 3), (3, 2)], {"spec": "ij,jk->ki"}),
+    ("einsum", [(2, 3)], {"spec": "ij->i"}),
+])
+def test_second_order(op, shapes, attrs):
+    check_second_order(op, [rand(*s) for s in shapes], attrs)
 
 
 def _type_of(op, shapes, attrs=None):

@@ -12,7 +12,7 @@ from adcompiler.ir.verifier import verify
 from adcompiler.passes.reverse import Reverse
 from adc_runtime.executor import run_function
 from gradcheck import check_grads, one_op_module
-from test_ops_shape import evaluate, i64, rand, symbolic_grads
+from test_ops_shape import check_second_order, evaluate, i64, rand, symbolic_grads
 
 RNG = np.random.default_rng(1)
 
@@ -108,6 +108,27 @@ def test_grads(case):
     check_grads(op, args, attrs)
 
 
+@pytest.mark.parametrize("op,args,attrs", [
+    ("softmax", [rand(2, 3)], {}),
+    ("log_softmax", [rand(2, 3)], {"axis": 0}),
+    ("cross_entropy", [rand(2, 3), i64([2, 0])], {}),
+    ("cross_entropy", [rand(2, 3), np_softmax(rand(2, 3))], {}),
+    ("cross_entropy", [np_softmax(rand(2, 3)), rand(2, 3)], {}),   # d2/dlabels dlogits
+    ("bce", [RNG.uniform(0.2, 0.8, (3,)), RNG.uniform(0, 1, (3,))], {}),
+    ("bce", [RNG.uniform(0, 1, (3,)), RNG.uniform(0.2, 0.8, (3,))], {}),
+    ("bce_with_logits", [rand(3), RNG.uniform(0, 1, (3,))], {}),
+    ("mse", [rand(2, 3), rand(3)], {}),
+    ("layernorm", [rand(2, 4), rand(4), rand(4)], {}),
+    ("layernorm", [rand(3, 2), rand(3), rand(3)], {"axis": 0}),
+    ("take", [rand(4, 2), i64([1, 1, 3])], {}),
+    ("take_grad", [rand(3, 2), i64([1, 1, 3])], {"shape": [4, 2]}),
+])
+def test_second_order(op, args, attrs):
+    # f_grad returns every operand's gradient, so d/da0 of their sum also exercises the
+    # rules' terms for the other operands (layernorm's dgamma = sum(ct * xhat), say)
+    check_second_order(op, args, attrs)
+
+
 def test_cross_entropy_gradient_is_softmax_minus_onehot():
     grads = check_grads("cross_entropy", [Z, LABELS], {})
     w = np.random.default_rng(0).standard_normal(LABELS.shape)   # check_grads' weighting
@@ -201,17 +222,12 @@ BIG_CASES = [
 
 @pytest.mark.parametrize("op,args,attrs", BIG_CASES, ids=lambda v: str(v)[:40])
 def test_finite_at_1e4_in_f32(op, args, attrs):
-    value = evaluate(op, args, attrs)
+    with np.errstate(over="raise", invalid="raise", divide="raise"):
+        value, grads = _value_and_grads(op, args, attrs)
     assert value.dtype == np.float32 and np.all(np.isfinite(value))
     ref = evaluate(op, [a.astype(np.float64) if a.dtype.kind == "f" else a for a in args], attrs)
     np.testing.assert_allclose(value, ref, rtol=1e-5, atol=1e-5)
-    module = one_op_module(op, args, attrs)
-    inputs = {f"a{k}": a for k, a in enumerate(args)}
-    inputs.update({a.name: np.ones([int(d) for d in a.type.shape], np.float32)
-                   for a in module["f"].args if a.name.startswith("w")})
-    wrt = tuple(f"a{k}" for k, a in enumerate(args) if a.dtype.kind == "f")
-    outs, _ = run_function(Reverse(wrt=wrt, fn="f")(module), "f_grad", inputs)
-    for g in outs:
+    for g in grads:
         assert g.dtype == np.float32 and np.all(np.isfinite(g)), (op, g)
     # reference derivative for the logits: softmax - target, or sigmoid(z) - y
     z = args[0].astype(np.float64)
@@ -225,7 +241,19 @@ def test_finite_at_1e4_in_f32(op, args, attrs):
         want = 1 - z.shape[-1] * np_softmax(z)
     else:
         want = np.zeros_like(z)                 # sum(softmax) is constant
-    np.testing.assert_allclose(outs[1], want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(grads[0], want, rtol=1e-4, atol=1e-4)
+
+
+def _value_and_grads(op, args, attrs):
+    """The op's value and the reverse-mode gradients of sum(op(...)) for its float operands."""
+    value = evaluate(op, args, attrs)
+    module = one_op_module(op, args, attrs)
+    inputs = {f"a{k}": a for k, a in enumerate(args)}
+    inputs.update({a.name: np.ones([int(d) for d in a.type.shape], np.float32)
+                   for a in module["f"].args if a.name.startswith("w")})
+    wrt = tuple(f"a{k}" for k, a in enumerate(args) if a.dtype.kind == "f")
+    outs, _ = run_function(Reverse(wrt=wrt, fn="f")(module), "f_grad", inputs)
+    return value, outs[1:]
 
 
 @pytest.mark.parametrize("op,types,attrs,message", [

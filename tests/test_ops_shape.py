@@ -13,7 +13,7 @@ from adcompiler.ir.types import DTYPE_OF_NUMPY, TensorType
 from adcompiler.ir.verifier import verify
 from adcompiler.passes.reverse import Reverse
 from adc_runtime.executor import run_function
-from gradcheck import check_grads, finite_difference
+from gradcheck import check_grads, finite_difference, one_op_module, run
 
 RNG = np.random.default_rng(0)
 
@@ -75,6 +75,28 @@ def symbolic_grads(op, args, attrs, shapes, seed=0):
                                    rtol=1e-6, atol=1e-7, err_msg=name)
 
 
+def check_second_order(op, args, attrs=None):
+    """Reverse over reverse: d/da0 of the sum of ``f_grad``'s results (f = sum(op(...)))
+    against central differences; the adjoints verify and print back as IR text."""
+    m = Reverse(fn="f")(one_op_module(op, args, attrs, weighted=False))
+    m = Reverse(fn="f_grad", wrt=("a0",))(m)
+    verify(m)
+    text = print_module(m)
+    assert print_module(parse_module(text)) == text
+    inputs = {f"a{k}": a for k, a in enumerate(args)}
+    got = run(m, "f_grad_grad", inputs)[-1]
+
+    def total(x):
+        return sum(float(np.sum(o)) for o in run(m, "f_grad", {**inputs, "a0": x}))
+    want = np.zeros_like(args[0])
+    for i in np.ndindex(args[0].shape):
+        xp, xm = args[0].copy(), args[0].copy()
+        xp[i] += 1e-6
+        xm[i] -= 1e-6
+        want[i] = (total(xp) - total(xm)) / 2e-6
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"d2/da0^2 of {op}")
+
+
 # ---- values and gradients, one table --------------------------------------------------
 
 X = rand(2, 3, 4)
@@ -121,6 +143,21 @@ def test_values(case):
 def test_grads(case):
     op, args, attrs, _ = case
     check_grads(op, args, attrs)
+
+
+@pytest.mark.parametrize("op,args,attrs", [
+    ("reshape", [rand(2, 3)], {"shape": [3, 2]}),
+    ("expand_dims", [rand(2, 3)], {"axis": 1}),
+    ("squeeze", [rand(2, 1)], {}),
+    ("concat", [rand(2, 3), rand(1, 3)], {}),
+    ("stack", [rand(2), rand(2)], {"axis": 1}),
+    ("split", [rand(5, 2)], {"axis": 0, "shape": [2, 3]}),
+    ("index", [rand(3, 4), i64(1)], {"idx": ([None, None, -1], "?")}),
+    ("index_grad", [rand(2), i64(1)], {"idx": ([None, None, 2], "?"), "shape": [4, 3]}),
+])
+def test_second_order(op, args, attrs):
+    # these ops are linear: the second derivative is zero, and must come out so
+    check_second_order(op, args, attrs)
 
 
 def test_concat_and_stack_values():
