@@ -188,6 +188,8 @@ def slice_length(d: Dim, start, stop, step) -> Dim:
     A symbolic axis supports only slices whose length is a `Dim` whatever the bound size:
     the whole axis with step 1 or -1, or with step s when the axis is a multiple of s.
     """
+    written = ":".join("" if v is None else str(v) for v in (start, stop)) + (
+        "" if step is None else f":{step}")
     step = 1 if step is None else step
     if step == 0:
         raise ShapeError("slice step cannot be zero")
@@ -198,8 +200,7 @@ def slice_length(d: Dim, start, stop, step) -> Dim:
         length = dim_div(d, abs(step))
         if length is not None:
             return length
-    text = ":".join("" if v is None else str(v) for v in (start, stop)) + f":{step}"
-    raise ShapeError(f"slice [{text}] of the symbolic axis {d} has a length that depends "
+    raise ShapeError(f"slice [{written}] of the symbolic axis {d} has a length that depends "
                      f"on the value of {d} in a way a dimension cannot express; slice "
                      f"the whole axis, or reshape to static sizes first")
 
