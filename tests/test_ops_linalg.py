@@ -67,6 +67,7 @@ EINSUMS = [
     ("ij,jk,kl->il", [(2, 3), (3, 2), (2, 4)]),
     ("ab,cd->", [(2, 2), (3, 1)]),         # every index summed by one operand
     ("i->", [(4,)]),
+    ("ij, jk -> ki", [(2, 3), (3, 2)]),     # spaces are ignored
 ]
 
 
@@ -112,6 +113,8 @@ def test_symbolic_types():
     ("matmul", [(), (3,)], {}, "rank >= 1"),
     ("matmul", [(2, 2, 3), (3, 3, 4)], {}, "cannot be broadcast"),
     ("matmul", [("B", 3), ("T", 2)], {}, "contracts dims that differ"),
+    ("transpose", [(2, 3)], {"perm": [0, 2]}, "not a permutation"),
+    ("transpose", [(2, 3)], {"perm": ["a", 0]}, "not a permutation"),
     ("einsum", [(3, 3)], {"spec": "ii->i"}, "repeated subscript"),
     ("einsum", [(3, 3)], {"spec": "ij"}, "exactly one '->'"),
     ("einsum", [(3, 3)], {"spec": "...i->i"}, "ellipsis"),

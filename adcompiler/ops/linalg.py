@@ -62,7 +62,8 @@ def full_perm(perm, rank: int) -> tuple[int, ...]:
     if perm is None:
         return tuple(range(rank - 1, -1, -1))
     perm = tuple(perm)
-    if sorted(p % rank if -rank <= p < rank else p for p in perm) != list(range(rank)):
+    if not all(isinstance(p, int) and not isinstance(p, bool) and -rank <= p < rank
+               for p in perm) or sorted(p % rank for p in perm) != list(range(rank)):
         raise ShapeError(f"perm {list(perm)} is not a permutation of the {rank} axes")
     return tuple(p % rank for p in perm)
 
