@@ -19,7 +19,6 @@ from .exprs import MAX_DEPTH, ExprLowering
 from .values import Multi, Weak, default_dtype
 
 I64 = TensorType("i64", ())
-MAX_INFERENCE_NESTING = 3   # loops whose weak carries are typed by a trial lowering
 
 
 @dataclass
@@ -157,6 +156,10 @@ class FunctionLowerer(ExprLowering, CallLowering):
             raise self.error(f"loop index '{var.name}' is already bound", var.span)
         carried = [c for c in assigned_names(st.body) if self.scope.lookup(c) is not None]
         inits = {c: self.scope.lookup(c).value for c in carried}
+        if self.trials:
+            for c, v in self.trial(st, carried).items():
+                self.scope.vars[c] = Binding(v, self.scope.lookup(c).span)
+            return
         types = self.carry_types(st, carried, inits)
         body = Block([I64] + [types[c] for c in carried], [var.name] + carried)
         outer = self.scope
@@ -208,33 +211,36 @@ class FunctionLowerer(ExprLowering, CallLowering):
         """Carried types; a literal carry (``s = 0``) takes the type the body gives it."""
         types = {c: v.type for c, v in inits.items() if isinstance(v, Value)}
         weak = [c for c in carried if isinstance(inits[c], Weak)]
-        found = self.trial_types(st, carried, inits, types) if weak and \
-            self.trials < MAX_INFERENCE_NESTING else {}
+        found = {}
+        if weak:
+            saved = (len(self.calls), dict(self.loop_locals))
+            self.trials += 1
+            try:
+                found = self.trial(st, carried)
+            except AdcError:
+                pass  # the real lowering reports it
+            finally:
+                self.trials -= 1
+                del self.calls[saved[0]:]
+                self.loop_locals = saved[1]
         for c in weak:
-            types[c] = found.get(c) or TensorType(default_dtype(inits[c].value), ())
+            v = found.get(c)
+            types[c] = v.type if isinstance(v, Value) else \
+                TensorType(default_dtype(inits[c].value), ())
         return types
 
-    def trial_types(self, st: ast.For, carried, inits, types) -> dict[str, TensorType]:
-        """Lower the body once into a scratch block, literal carries left as literals."""
-        typed = [c for c in carried if c in types]
-        scratch = Block([I64] + [types[c] for c in typed])
-        outer, n_calls, locals_ = self.scope, len(self.calls), dict(self.loop_locals)
+    def trial(self, st: ast.For, carried) -> dict:
+        """Lower one iteration into a scratch block, carries as they are before the loop;
+        returns the carried names' values after it (only their types matter)."""
+        scratch = Block([I64])
+        outer = self.scope
         self.scope = Scope(outer)
         self.scope.vars[st.var.name] = Binding(scratch.args[0], st.var.span, is_index=True)
-        for c in carried:
-            value = scratch.args[1 + typed.index(c)] if c in typed else inits[c]
-            self.scope.vars[c] = Binding(value, outer.lookup(c).span)
-        self.trials += 1
         self.depth += 3
         try:
             with self.b.inside(scratch):
                 self.block(st.body, in_loop=True)
-            return {c: self.scope.vars[c].value.type for c in carried
-                    if c not in typed and isinstance(self.scope.vars[c].value, Value)}
-        except AdcError:
-            return {}
+            return {c: self.scope.vars[c].value for c in carried if c in self.scope.vars}
         finally:
-            self.scope, self.loop_locals = outer, locals_
-            del self.calls[n_calls:]
-            self.trials -= 1
+            self.scope = outer
             self.depth -= 3
