@@ -100,10 +100,11 @@ def check_second_order(op, args, attrs=None):
 # ---- values and gradients, one table --------------------------------------------------
 
 X = rand(2, 3, 4)
+C = rand(3, 1)
 CASES = [  # (op, args, attrs, numpy reference)
     ("reshape", [X], {"shape": [6, 4]}, X.reshape(6, 4)),
     ("reshape", [X], {"shape": [4, -1]}, X.reshape(4, -1)),
-    ("broadcast_to", [rand(3, 1)], None, None),
+    ("broadcast_to", [C], {"shape": [2, 3, 4]}, np.broadcast_to(C, (2, 3, 4))),
     ("expand_dims", [X], {"axis": 0}, X[None]),
     ("expand_dims", [X], {"axis": -1}, X[..., None]),
     ("expand_dims", [X], {"axis": 2}, X[:, :, None]),
@@ -115,15 +116,14 @@ CASES = [  # (op, args, attrs, numpy reference)
     ("index", [X], {"idx": (-1, 2)}, X[-1, 2]),
     ("index", [X], {"idx": ([None, None, None], -2)}, X[:, -2]),
     ("index", [X], {"idx": ([None, None, None], [1, 3, None], [None, None, 2])}, X[:, 1:3, ::2]),
-    ("index", [X], {"idx": ([None, None, -1], [None, None, -2], [3, 0, -1])}, X[::-1, ::-2, 3:0:-1]),
+    ("index", [X], {"idx": ([None, None, -1], [None, None, -2], [3, 0, -1])},
+     X[::-1, ::-2, 3:0:-1]),
     ("index", [X], {"idx": (0, [-1, -4, -2], [-3, None, None])}, X[0, -1:-4:-2, -3:]),
     ("index", [X], {"idx": ([5, 9, None],)}, X[5:9]),                      # empty slice
     ("index", [X, i64(1)], {"idx": ("?",)}, X[1]),
     ("index", [X, i64(-1), i64(2)], {"idx": ("?", [1, None, None], "?")}, X[-1, 1:, 2]),
     ("index", [X, i64(2)], {"idx": ([None, None, -1], "?")}, X[::-1, 2]),
 ]
-CASES[2] = ("broadcast_to", CASES[2][1], {"shape": [2, 3, 4]},
-            np.broadcast_to(CASES[2][1][0], (2, 3, 4)))
 
 
 def _id(case):
