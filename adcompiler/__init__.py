@@ -1,0 +1,126 @@
+"""adcompiler: compiler-style automatic differentiation for TDSL programs.
+
+The public surface, importable from the package (see docs/api.md)::
+
+    import adcompiler as adc
+    module = adc.compile_file("samples/backprop_tiny.tdsl")
+    module = adc.run_pipeline(module, "inline,cse,reverse{wrt=W1,b1},dce")
+    outputs = adc.run(module, "backprop_tiny_grad", inputs)
+    dW1, db1 = adc.grad("samples/backprop_tiny.tdsl", wrt=("W1", "b1"))(**inputs)
+
+Names are resolved on first use (PEP 562), so ``import adcompiler`` stays cheap for the
+``adc`` command, which needs only a few of them; CuPy is imported only for
+``device="cuda"``. Pass classes registered later (by a plugin, or a pass module added to
+`adcompiler.passes`) are found by class name too: ``adc.Reverse``, ``adc.MyPass``.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+# public name -> (module, attribute)
+_EXPORTS: dict[str, tuple[str, str]] = {
+    # TDSL and IR text
+    "parse_tdsl": ("adcompiler.api", "parse_tdsl"),
+    "compile_source": ("adcompiler.frontend", "compile_source"),
+    "compile_file": ("adcompiler.frontend", "compile_file"),
+    "parse_ir": ("adcompiler.api", "parse_ir"),
+    "load": ("adcompiler.api", "load"),
+    # IR classes and construction
+    "Module": ("adcompiler.ir.core", "Module"),
+    "Function": ("adcompiler.ir.core", "Function"),
+    "Block": ("adcompiler.ir.core", "Block"),
+    "Op": ("adcompiler.ir.core", "Op"),
+    "Value": ("adcompiler.ir.core", "Value"),
+    "TensorType": ("adcompiler.ir.types", "TensorType"),
+    "Builder": ("adcompiler.ir.builder", "Builder"),
+    "FunctionBuilder": ("adcompiler.api", "FunctionBuilder"),
+    "tensor_type": ("adcompiler.api", "tensor_type"),
+    # checking, printing, emitting
+    "verify": ("adcompiler.ir.verifier", "verify"),
+    "VerifyError": ("adcompiler.ir.verifier", "VerifyError"),
+    "print_module": ("adcompiler.ir.printer", "print_module"),
+    "print_function": ("adcompiler.ir.printer", "print_function"),
+    "emit_python": ("adcompiler.emit.python", "emit_python"),
+    "emit_dot": ("adcompiler.emit.dot", "emit_dot"),
+    # passes
+    "run_pipeline": ("adcompiler.passes.pipeline", "run_pipeline"),
+    "parse_pipeline": ("adcompiler.passes.pipeline", "parse_pipeline"),
+    "register_pass": ("adcompiler.passes.pipeline", "register_pass"),
+    "get_pass": ("adcompiler.passes.pipeline", "get_pass"),
+    "pass_spec": ("adcompiler.passes.pipeline", "pass_spec"),
+    "ModulePass": ("adcompiler.passes.pipeline", "ModulePass"),
+    "FunctionPass": ("adcompiler.passes.pipeline", "FunctionPass"),
+    "Inline": ("adcompiler.passes.inline", "Inline"),
+    "Canonicalize": ("adcompiler.passes.canonicalize", "Canonicalize"),
+    "CSE": ("adcompiler.passes.cse", "CSE"),
+    "DCE": ("adcompiler.passes.dce", "DCE"),
+    "Activity": ("adcompiler.passes.activity", "Activity"),
+    "Reverse": ("adcompiler.passes.reverse", "Reverse"),
+    # running
+    "run": ("adcompiler.api", "run"),
+    # convenience layer (jvp arrives with forward mode)
+    "grad": ("adcompiler.api", "grad"),
+    "value_and_grad": ("adcompiler.api", "value_and_grad"),
+    "vjp": ("adcompiler.api", "vjp"),
+    "function": ("adcompiler.api", "function"),
+    "Compiled": ("adcompiler.api", "Compiled"),
+    # extension points
+    "register_op": ("adcompiler.plugins", "register_op"),
+    "Option": ("adcompiler.ops.registry", "Option"),
+    "OpDef": ("adcompiler.ops.registry", "OpDef"),
+    "get_op": ("adcompiler.ops.registry", "get"),
+    "load_plugins": ("adcompiler.plugins", "load_plugins"),
+    # errors
+    "AdcError": ("adcompiler.diagnostics", "AdcError"),
+    "ShapeError": ("adcompiler.diagnostics", "ShapeError"),
+    "Loc": ("adcompiler.diagnostics", "Loc"),
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    target = _EXPORTS.get(name)
+    if target is not None:
+        value = getattr(importlib.import_module(target[0]), target[1])
+        globals()[name] = value  # later lookups skip this function
+        return value
+    if name[:1].isupper():  # a pass class registered under a pipeline name
+        from .passes.pipeline import PASSES, _discover
+        _discover()
+        for cls in PASSES.values():
+            if cls.__name__ == name:
+                return cls
+    raise AttributeError(f"module 'adcompiler' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:  # static view of the lazy names above, for type checkers and IDEs
+    from .api import (Compiled, FunctionBuilder, function, grad, load, parse_ir,
+                      parse_tdsl, run, tensor_type, value_and_grad, vjp)
+    from .diagnostics import AdcError, Loc, ShapeError
+    from .emit.dot import emit_dot
+    from .emit.python import emit_python
+    from .frontend import compile_file, compile_source
+    from .ir.builder import Builder
+    from .ir.core import Block, Function, Module, Op, Value
+    from .ir.printer import print_function, print_module
+    from .ir.types import TensorType
+    from .ir.verifier import VerifyError, verify
+    from .ops.registry import OpDef, Option
+    from .ops.registry import get as get_op
+    from .passes.activity import Activity
+    from .passes.canonicalize import Canonicalize
+    from .passes.cse import CSE
+    from .passes.dce import DCE
+    from .passes.inline import Inline
+    from .passes.pipeline import (FunctionPass, ModulePass, get_pass, parse_pipeline,
+                                  pass_spec, register_pass, run_pipeline)
+    from .passes.reverse import Reverse
+    from .plugins import load_plugins, register_op

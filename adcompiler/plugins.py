@@ -1,0 +1,112 @@
+"""Extension points: user ops and passes, and loading the modules that define them.
+
+An op needs four things: a type rule, a VJP rule, a JVP slot (used once forward mode
+exists) and a kernel per array module. `register_op` declares them in one call, in the op
+registry (which TDSL, the passes and the verifier consult) and in the runtime's kernel table
+(which the executor and emitted Python programs consult). A pass is a frozen dataclass
+registered with `adcompiler.register_pass`. Both take effect when the defining module is
+imported, so ``adc ... --plugin mypkg.ops`` only has to import it first: `load_plugins`.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from types import ModuleType
+from typing import Callable, Iterable, Sequence
+
+from .diagnostics import AdcError
+from .ops import registry
+from .ops.registry import OpDef, Option
+
+__all__ = ["register_op", "unregister_op", "load_plugins", "PluginError", "Option"]
+
+
+class PluginError(AdcError):
+    """A plugin module could not be found or failed while being imported."""
+
+
+def register_op(name: str, infer: Callable, *, kernel: Callable | None,
+                vjp: Callable | None = None, jvp: Callable | None = None,
+                operands: Sequence[str] = ("x",), options: Sequence[Option] = (),
+                traits: Iterable[str] = (), doc: str = "",
+                positional: Sequence[str] | None = None, replace: bool = False) -> OpDef:
+    """Declare op `name` and its NumPy/CuPy kernel; returns the registry's `OpDef`.
+
+    * ``infer(types, attrs)`` returns the result `TensorType` (or a list of them) or raises
+      `ShapeError`; `types` are the operands' types, `attrs` the options with defaults.
+    * ``vjp(b, op, cts)`` emits IR with the `Builder` `b` and returns one cotangent per
+      operand (``None`` for a zero); ``cts`` holds one cotangent per result (``None`` is zero).
+    * ``jvp(b, op, tangents)`` returns one tangent per result; kept for forward mode.
+    * ``kernel(xp, *operands, **attrs)`` computes the op with the array module `xp`.
+
+    `replace=True` overrides an earlier registration of `name` (e.g. on reloading a module);
+    otherwise a second registration is an error, as for built-in ops.
+    """
+    from adc_runtime.kernels import KERNELS
+    from adc_runtime.kernels import kernel as register_kernel
+    if replace:
+        unregister_op(name)
+    elif name in KERNELS and name not in registry.REGISTRY:
+        raise ValueError(f"kernel {name!r} is already registered")
+    opdef = registry.register(name, infer, operands=operands, options=options, traits=traits,
+                              vjp=vjp, jvp=jvp, doc=doc, positional=positional)
+    if kernel is not None:
+        register_kernel(name)(kernel)
+    return opdef
+
+
+def unregister_op(name: str) -> None:
+    """Forget op `name` and its kernel (a no-op for names never registered)."""
+    from adc_runtime.kernels import KERNELS
+    registry.REGISTRY.pop(name, None)
+    KERNELS.pop(name, None)
+
+
+def _load_one(name: str) -> ModuleType:
+    if name.endswith(".py"):  # a file path rather than a module name
+        if not os.path.isfile(name):
+            raise PluginError(f"cannot load plugin '{name}': no such file")
+        mod_name = os.path.splitext(os.path.basename(name))[0]
+        if mod_name in sys.modules:
+            return sys.modules[mod_name]
+        spec = importlib.util.spec_from_file_location(mod_name, name)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[mod_name]
+            raise
+        return module
+    return importlib.import_module(name)
+
+
+def load_plugins(names: Iterable[str]) -> list[ModuleType]:
+    """Import each plugin (a module name, or a path to a ``.py`` file; an entry may list
+    several separated by commas) so that its ops and passes register themselves.
+
+    Importing is idempotent: a module already imported is not run again. A missing module
+    or an exception inside the plugin is a `PluginError` naming the plugin.
+    """
+    loaded = []
+    for entry in names:
+        for name in (n.strip() for n in entry.split(",")):
+            if not name:
+                continue
+            try:
+                loaded.append(_load_one(name))
+            except PluginError:
+                raise
+            except ModuleNotFoundError as e:
+                if e.name and name.startswith(e.name):  # the plugin itself, not its imports
+                    raise PluginError(f"cannot load plugin '{name}': no module named "
+                                      f"'{e.name}' (is it on PYTHONPATH?)") from None
+                raise PluginError(f"plugin '{name}' failed to import: {e}") from e
+            except AdcError as e:
+                raise PluginError(f"plugin '{name}': {e.message}") from e
+            except Exception as e:
+                raise PluginError(f"plugin '{name}' failed to import "
+                                  f"({type(e).__name__}: {e})") from e
+    return loaded

@@ -1,0 +1,1 @@
+"""Plugin modules used by the tests of the extension points (import name ``plugins.*``)."""
