@@ -37,8 +37,8 @@ class ExprLowering:
         try:
             return self.b.create(name, list(operands), attrs)
         except AdcError as e:
-            msg = e.message if e.message.startswith(what) else f"{what}: {e.message}"
-            raise AdcError(msg, e.loc or loc) from None
+            msg = e.message.removeprefix(f"{name}: ").removeprefix(f"{what}: ")
+            raise AdcError(f"{what}: {msg}", e.loc or loc) from None
         except Exception as e:  # a type rule that breaks on odd options is still a user error
             raise AdcError(f"{what}: invalid operands or options ({e})", loc) from None
 
