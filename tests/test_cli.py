@@ -248,7 +248,7 @@ def test_invalid_json_is_located(capsys, tmp_path):
     path = write(tmp_path / "bad.json", '{\n  "x": [1.0, 0.5],\n  "y": 1.0,,\n}\n')
     code, _, err = run_main(capsys, "run", TINY, "--inputs", path)
     assert code == 1
-    assert f"{path}:3:11: error: invalid JSON" in err
+    assert f"{path}:3:12: error: invalid JSON" in err
     assert '  "y": 1.0,,' in err and "^" in err
 
 

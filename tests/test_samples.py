@@ -148,7 +148,7 @@ def test_compile_pipeline_option(capsys):
     tdsl, _ = sample("mlp")
     code = cli.main(["compile", tdsl, "--mode", "forward", "--pipeline", ""])
     text = capsys.readouterr().out
-    assert code == 0 and "call @classify" in text          # not inlined
+    assert code == 0 and "call(%x, %W1, %b1, %W2, %b2) {callee = \"classify\"}" in text
     code = cli.main(["compile", tdsl, "--mode", "reverse", "--pipeline",
                      "inline,reverse{wrt=b2 fn=mlp},dce"])
     text = capsys.readouterr().out
