@@ -53,7 +53,11 @@ class Cotangents:
         if ct.type.dtype != v.type.dtype:
             ct = self.b.emit("cast", ct, dtype=v.type.dtype)
         old = self.ct.get(v)
-        self.ct[v] = ct if old is None else self.b.emit("add", old, ct)
+        new = ct if old is None else self.b.emit("add", old, ct)
+        if new.name is None and v.name and new.defining_op is not None \
+                and new not in self.active:
+            new.name = f"d{v.name}"  # readable adjoint programs: dh is the cotangent of h
+        self.ct[v] = new
 
 
 def backprop_ops(b: Builder, ops: list[Op], cts: Cotangents, module: Module) -> None:
@@ -178,10 +182,8 @@ def _stack_residuals(op: Op, rbody: Block) -> list[Value]:
     for rop in list(rbody.walk()):
         for v in rop.operands:
             if v in defined and v not in mapping:
-                d = v.defining_op
-                if d is not None and not d.operands and not d.regions:
-                    # a constructor: cheaper to rebuild than to stack
-                    mapping[v] = _clone_leaf(d, rbody)
+                if _rebuildable(v, defined, index):
+                    mapping[v] = _rebuild(v, rbody, mapping)
                     continue
                 mapping[v] = rbody.add_arg(v.type, v.name)
                 if v in x_args:
@@ -197,10 +199,32 @@ def _stack_residuals(op: Op, rbody: Block) -> list[Value]:
     return new_results
 
 
-def _clone_leaf(op: Op, block: Block) -> Value:
-    new = Op(op.name, [], [r.type for r in op.results], dict(op.attrs), loc=op.loc,
-             result_names=[r.name for r in op.results])
-    block.insert(0, new)
+# Ops that cost no arithmetic (a constant, or a view of a value the reverse loop can see):
+# rebuilding them in the reverse loop is cheaper than stacking their values.
+_CHEAP = {"index", "reshape", "expand_dims", "squeeze", "transpose", "broadcast_to"}
+
+
+def _rebuildable(v: Value, defined: set[Value], index: Value) -> bool:
+    d = v.defining_op
+    if d is None or d.regions or len(d.results) != 1:
+        return False
+    if not d.operands:
+        return registry.get(d.name).has("constructor")
+    return d.name in _CHEAP and all(
+        u is index or u not in defined or _rebuildable(u, defined, index) for u in d.operands)
+
+
+def _rebuild(v: Value, rbody: Block, mapping: dict[Value, Value]) -> Value:
+    """Clone the op defining `v` (and what it needs) at the start of `rbody`."""
+    d = v.defining_op
+    operands = [mapping[u] if u in mapping else
+                (_rebuild(u, rbody, mapping) if u.defining_op in d.parent.ops else u)
+                for u in d.operands]
+    new = Op(d.name, operands, [v.type], dict(d.attrs), loc=d.loc, result_names=[v.name])
+    pos = max([rbody.ops.index(u.defining_op) + 1 for u in operands
+               if u.defining_op is not None and u.defining_op.parent is rbody], default=0)
+    rbody.insert(pos, new)
+    mapping[v] = new.result
     return new.result
 
 
