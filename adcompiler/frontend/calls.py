@@ -69,8 +69,9 @@ class CallLowering:
                 slots[key] = pos.pop(0)
         if pos:
             sig = ", ".join(opdef.signature)
-            raise self.error(f"{name}({sig}) takes at most {len(opdef.signature)} "
-                             f"positional arguments, got {len(e.args)}", pos[0].span)
+            n = len(opdef.signature)
+            raise self.error(f"{name}({sig}) takes at most {n} positional argument"
+                             f"{'s' * (n != 1)}, got {len(e.args)}", pos[0].span)
         for kw in e.kwargs:
             if kw.name in slots:
                 raise self.error(f"argument '{kw.name}' of {name} is given twice", kw.span)
