@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the IR after every pass to stderr")
     c.add_argument("--dtype", choices=("f16", "f32", "f64"),
                    help="make every float in the program this type")
-    c.set_defaults(func=cmd_compile)
+    c.set_defaults(func=cmd_compile, parser=c)
 
     r = sub.add_parser("run", help="run a program and print its results and gradients",
                        description="Run FILE on inputs and print a summary of the results "
@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where to run: cpu (NumPy, default) or cuda (CuPy)")
     r.add_argument("--out", metavar="OUT.npz",
                    help="write results (out or out0, out1, ...) and gradients (grad_<input>)")
-    r.set_defaults(func=cmd_run)
+    r.set_defaults(func=cmd_run, parser=r)
 
     k = sub.add_parser("check", help="check reverse-mode gradients by finite differences",
                        description="Compare reverse-mode gradients with central finite "
@@ -106,20 +106,25 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--max-points", metavar="N", type=int, default=200,
                    help="probe at most N seeded random elements of each input (0: all; "
                         "default 200)")
-    k.set_defaults(func=cmd_check)
+    k.set_defaults(func=cmd_check, parser=k)
     return parser
 
 
 # ---- commands -------------------------------------------------------------------------
 
-def _binds(args) -> dict[str, int]:
+def _merge_binds(items: list[dict[str, int]]) -> dict[str, int]:
     env: dict[str, int] = {}
-    for item in args.bind:
+    for item in items:
         for k, v in item.items():
             if env.get(k, v) != v:
-                raise AdcError(f"--bind: dimension {k} is bound to both {env[k]} and {v}")
+                raise AdcError(f"argument --bind: dimension {k} is bound to both {env[k]} "
+                               f"and {v}")
             env[k] = v
     return env
+
+
+def _binds(args) -> dict[str, int]:
+    return args.bind
 
 
 def _note(msg: str) -> None:
@@ -242,7 +247,12 @@ def _run_error_types() -> tuple:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the ``adc`` command line; returns the exit status (argparse exits 2 itself)."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        args.bind = _merge_binds(args.bind)
+    except AdcError as e:
+        args.parser.error(e.message)  # the subcommand's usage line, exit 2
     debug = args.debug
     try:
         return args.func(args)

@@ -69,6 +69,7 @@ def test_help_for_every_command_and_option():
     ["run"],                                         # no FILE
     ["run", TINY, "--mode", "sideways"],             # bad choice
     ["run", TINY, "--bind", "B"],                    # malformed --bind
+    ["run", TINY, "--bind", "B=1", "--bind", "B=2"],  # contradictory --bind
     ["run", TINY, "--wrt", "a,,b"],                  # malformed --wrt
     ["compile", TINY, "--emit", "pdf"],
     ["check", TINY, "--eps", "tiny"],

@@ -176,8 +176,7 @@ class _FunctionEmitter:
         inits = [self.name(v) for v in op.operands[:n_carry]]
         xs = [self.name(v) for v in op.operands[n_carry:]]
         yielded = body.terminator.operands
-        ys = [self.name.fresh(f"{r.name}_steps" if r.name else "ys")
-              for r in op.results[n_carry:]]
+        ys = [self.name.fresh(f"{self.name(r)}_steps") for r in op.results[n_carry:]]
         it = self.name.fresh("step")
         n = dim_expr(op.attrs["n"], self.syms)
         for c, init in zip(carries, inits):
@@ -260,10 +259,10 @@ def emit_python(module: Module, fn_name: str, output_names: list[str] | None = N
             "    data = np.load(sys.argv[1])",
             f"    dtypes = {dtypes!r}",
             "    inputs = {k: np.asarray(data[k], dtype=t) for k, t in dtypes.items()}",
-            "    dims = {k: int(v) for k, _, v in (a.partition('=') for a in sys.argv[2:])",
-            "            if _ == '='}",
-            "    outs = " + fn_names[fn_name] + "(*inputs.values()"
-            + (", dims=dims)" if needs_dims[fn_name] else ")"),
+            *(["    dims = {k: int(v) for k, _, v in (a.partition('=') for a in sys.argv[2:])",
+               "            if _ == '='}",
+               f"    outs = {fn_names[fn_name]}(*inputs.values(), dims=dims)"]
+              if needs_dims[fn_name] else [f"    outs = {fn_names[fn_name]}(*inputs.values())"]),
             f"    names = {list(names)!r}",
             "    for name, value in zip(names, outs):",
             "        print(f\"{name}: shape {value.shape} {value.dtype}\")",
