@@ -22,7 +22,7 @@ import math
 
 from ..diagnostics import ShapeError
 from ..ir.types import TensorType, broadcast_shapes, join_dtypes
-from .registry import Option, register
+from .registry import Option, register, set_jvp
 
 EW = ("elementwise",)
 NO_GRAD = EW + ("no_grad",)
@@ -239,3 +239,112 @@ def _where_vjp(b, op, ct):
 
 
 register("where", _where, operands=("cond", "a", "b"), traits=EW, vjp=_where_vjp)
+
+
+# ---- JVP rules -----------------------------------------------------------------------
+# An elementwise op's Jacobian is diagonal: the tangent of its result is the sum over
+# operands of (operand tangent) * (local derivative), which is what each VJP rule above
+# computes for one operand when handed that operand's tangent as the cotangent. Rules may
+# return tangents of an operand's shape: the forward driver broadcasts to the result.
+
+
+def _float_tangent(v, t):
+    """`t`, or None for an operand that carries no derivative (integers, bools)."""
+    return t if v.type.is_float else None
+
+
+def _sum_tangents(b, parts):
+    out = None
+    for p in parts:
+        if p is not None:
+            out = p if out is None else b.emit("add", out, p)
+    return out
+
+
+def _self_adjoint(vjp):
+    """The JVP rule of a unary elementwise op: its diagonal Jacobian is its own transpose,
+    so the VJP rule applied to the tangent gives the result's tangent."""
+    def jvp(b, op, tangents):
+        if tangents[0] is None or not op.operands[0].type.is_float:
+            return [None]
+        return vjp(b, op, tangents)
+    return jvp
+
+
+for _name, _vjp in list(UNARY_VJPS.items()) + [("leaky_relu", _leaky_relu_vjp)]:
+    set_jvp(_name)(_self_adjoint(_vjp))
+set_jvp("neg")(lambda b, op, t: [b.emit("neg", _float_tangent(op.operands[0], t[0]))
+                                 if _float_tangent(op.operands[0], t[0]) is not None else None])
+
+
+def _binary_jvp(da, db):
+    """JVP rule from the per-operand local-derivative products `da`, `db` of `_binary_vjp`."""
+    def jvp(b, op, tangents):
+        ta, tb = (_float_tangent(v, t) for v, t in zip(op.operands, tangents))
+        # an integer operand joins the result's float dtype (log(a) of pow needs a float)
+        a, bb = (v if v.type.is_float else b.emit("cast", v, dtype=op.result.type.dtype)
+                 for v in op.operands)
+        return [_sum_tangents(b, [da(b, a, bb, op.result, ta) if ta is not None else None,
+                                  db(b, a, bb, op.result, tb) if tb is not None else None])]
+    return jvp
+
+
+@set_jvp("add")
+def _add_jvp(b, op, tangents):
+    ta, tb = (_float_tangent(v, t) for v, t in zip(op.operands, tangents))
+    return [_sum_tangents(b, [ta, tb])]
+
+
+@set_jvp("sub")
+def _sub_jvp(b, op, tangents):
+    ta, tb = (_float_tangent(v, t) for v, t in zip(op.operands, tangents))
+    if tb is None:
+        return [ta]
+    return [b.emit("neg", tb) if ta is None else b.emit("sub", ta, tb)]
+
+
+set_jvp("mul")(_binary_jvp(lambda b, a, bb, y, g: b.emit("mul", g, bb),
+                           lambda b, a, bb, y, g: b.emit("mul", g, a)))
+set_jvp("div")(_binary_jvp(lambda b, a, bb, y, g: b.emit("div", g, bb),
+                           lambda b, a, bb, y, g: b.emit(
+                               "neg", b.emit("div", b.emit("mul", g, y), bb))))
+set_jvp("pow")(_binary_jvp(_pow_da, _pow_db))
+
+
+def _extremum_jvp(wins):
+    def jvp(b, op, tangents):
+        a, bb = op.operands
+        ta, tb = (_float_tangent(v, t) for v, t in zip(op.operands, tangents))
+        if ta is None and tb is None:
+            return [None]
+        w = _tie_weight(b, a, bb, op.result, wins)
+        return [_sum_tangents(b, [
+            b.emit("mul", ta, w) if ta is not None else None,
+            b.emit("mul", tb, b.emit("sub", _c(b, 1.0, w), w)) if tb is not None else None])]
+    return jvp
+
+
+set_jvp("maximum")(_extremum_jvp("gt"))
+set_jvp("minimum")(_extremum_jvp("lt"))
+
+
+@set_jvp("where")
+def _where_jvp(b, op, tangents):
+    cond, a, bb = op.operands
+    ta, tb = _float_tangent(a, tangents[1]), _float_tangent(bb, tangents[2])
+    if ta is None and tb is None:
+        return [None]
+    zero = _c(b, 0.0, op.result)
+    return [b.emit("where", cond, zero if ta is None else ta, zero if tb is None else tb)]
+
+
+@set_jvp("clip")
+def _clip_jvp(b, op, tangents):
+    x, lo, hi = op.operands
+    tx, tlo, thi = (_float_tangent(v, t) for v, t in zip(op.operands, tangents))
+    if tx is None and tlo is None and thi is None:
+        return [None]
+    zero = _c(b, 0.0, op.result)
+    below, above = b.emit("lt", x, lo), b.emit("gt", x, hi)
+    inside = b.emit("where", above, zero if thi is None else thi, zero if tx is None else tx)
+    return [b.emit("where", below, zero if tlo is None else tlo, inside)]

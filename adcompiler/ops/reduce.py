@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..diagnostics import ShapeError
 from ..ir.types import TensorType, normalize_axis
-from .registry import Option, register
+from .registry import Option, register, set_jvp
 
 AXIS_OPTIONS = (Option("axis", "axes", None), Option("keepdims", "bool", False))
 
@@ -134,3 +134,46 @@ def _sum_to(types, attrs):
 # broadcast_to); the reverse driver uses it to unbroadcast cotangents.
 register("sum_to", _sum_to, options=(Option("shape", "shape"),), traits=("reduction", "linear"),
          vjp=lambda b, op, ct: [b.emit("broadcast_to", ct[0], shape=op.operands[0].type.shape)])
+
+
+# ---- JVP rules -----------------------------------------------------------------------
+# `sum`, `mean` and `sum_to` are linear: the forward driver applies them to the tangent.
+# The others weight the tangent by the same local derivative their VJP spreads the
+# cotangent with, then reduce like the op itself.
+
+
+def _reduce_like(b, op, v):
+    return b.emit("sum", v, axis=op.attrs["axis"], keepdims=op.attrs["keepdims"])
+
+
+def _weighted_jvp(weight):
+    """JVP ``sum(weight(b, op) * t)`` over the op's axes, for a float operand."""
+    def jvp(b, op, tangents):
+        if tangents[0] is None or not op.operands[0].type.is_float:
+            return [None]
+        return [_reduce_like(b, op, b.emit("mul", weight(b, op), tangents[0]))]
+    return jvp
+
+
+def _extremum_weight(b, op):
+    # the mean of the tangent over the elements tied for the extremum
+    x = op.operands[0]
+    one, zero = b.const(1.0, x.type.dtype), b.const(0.0, x.type.dtype)
+    hit = b.emit("where", b.emit("eq", x, keep_dims(b, op.result, op)), one, zero)
+    return b.emit("div", hit, b.emit("sum", hit, axis=op.attrs["axis"], keepdims=True))
+
+
+def _softmax_weight(b, op):
+    return b.emit("exp", b.emit("sub", op.operands[0], keep_dims(b, op.result, op)))
+
+
+def _var_weight(b, op):
+    x = op.operands[0]
+    centered = b.emit("sub", x, b.emit("mean", x, axis=op.attrs["axis"], keepdims=True))
+    return b.emit("mul", centered, b.emit("div", b.const(2.0, x.type.dtype), count(b, op)))
+
+
+set_jvp("max")(_weighted_jvp(_extremum_weight))
+set_jvp("min")(_weighted_jvp(_extremum_weight))
+set_jvp("logsumexp")(_weighted_jvp(_softmax_weight))
+set_jvp("var")(_weighted_jvp(_var_weight))

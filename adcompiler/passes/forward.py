@@ -1,0 +1,256 @@
+"""Forward mode: a function ``f`` becomes its tangent program ``f_jvp``.
+
+``f_jvp`` takes ``f``'s inputs followed by one tangent per differentiated input, named
+``t_<input>`` (underscores are prepended, ``_t_<input>``, ``__t_<input>``..., should that
+name be taken), and returns ``f``'s results followed by one tangent per result (an
+integer result's tangent is zeros). Its body is the primal program with each op followed
+by its tangent ops:
+
+* tangents live in an environment keyed by value; a missing entry is a symbolic zero, for
+  which no work is emitted; only active values (`activity.analyze_activity`) get tangents;
+* each op's JVP rule comes from the registry; an op with the ``linear`` trait and no rule
+  is its own JVP (it is applied to the tangents, zeros standing in for missing ones);
+  this driver alone broadcasts a tangent to its value's shape and casts it to its dtype;
+* a call that survived inlining calls the callee's ``tangent`` rule; a callee with only a
+  ``grad`` rule is an error, since a VJP cannot be run forwards;
+* a ``for`` loop becomes one loop carrying primal and tangent values side by side: its
+  carries are the primal carries, then the tangents of the active carries; its sliced
+  inputs are the primal ones, then the tangents of the active ones; it yields the primal
+  per-iteration outputs, then the tangents of those that have one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..diagnostics import AdcError
+from ..ir.builder import Builder
+from ..ir.core import Block, Function, Module, Op, Value
+from ..ir.types import TensorType
+from ..ops import registry
+from .activity import analyze_activity
+from .clone import clone_function, clone_module
+from .inline import Inline
+from .pipeline import register_pass
+
+
+def zeros_like(b: Builder, v: Value) -> Value:
+    return b.emit("zeros", shape=v.type.shape, dtype=v.type.dtype)
+
+
+def tangent_name(name: str, taken) -> str:
+    """``t_<name>``, with leading underscores added until it is not in `taken`."""
+    out = f"t_{name}"
+    while out in taken:
+        out = "_" + out
+    return out
+
+
+class Tangents:
+    """The tangent environment of one block; a nested block sees its parents' entries."""
+
+    def __init__(self, b: Builder, parent: "Tangents | None" = None):
+        self.b, self.parent, self.t = b, parent, {}
+
+    def get(self, v: Value) -> Value | None:
+        env = self
+        while env is not None:
+            if v in env.t:
+                return env.t[v]
+            env = env.parent
+        return None
+
+    def get_or_zeros(self, v: Value) -> Value:
+        t = self.get(v)
+        return t if t is not None else zeros_like(self.b, v)
+
+    def set(self, v: Value, t: Value | None) -> None:
+        if t is None or not v.type.is_float:
+            return
+        if t.type.shape != v.type.shape:
+            t = self.b.emit("broadcast_to", t, shape=v.type.shape)
+        if t.type.dtype != v.type.dtype:
+            t = self.b.emit("cast", t, dtype=v.type.dtype)
+        self.t[v] = t
+
+
+class TangentBuilder:
+    """Moves the ops of a cloned function into place, each followed by its tangent ops.
+
+    `active` holds values of the clone as it was analysed; `subst` maps a value that was
+    replaced (a loop's results and block arguments) to its replacement, so later ops read
+    the new values. Tangents are keyed by the new values.
+    """
+
+    def __init__(self, b: Builder, module: Module, active: set[Value]):
+        self.b, self.module, self.active, self.subst = b, module, active, {}
+
+    def ops(self, ops: list[Op], tans: Tangents) -> None:
+        b = self.b
+        for op in ops:
+            op.operands = [self.subst.get(v, v) for v in op.operands]
+            if op.name == "for":
+                self.loop(op, tans)
+                continue
+            b.insert(op)
+            in_t = [tans.get(v) for v in op.operands]
+            if all(t is None for t in in_t) or not any(r in self.active for r in op.results):
+                continue
+            with b.at(op.loc):
+                out_t = self.call(op, in_t, tans) if op.name == "call" else apply_jvp(b, op, in_t)
+            for r, t in zip(op.results, out_t):
+                if r in self.active:
+                    tans.set(r, t)
+
+    def call(self, op: Op, in_t: list, tans: Tangents) -> list:
+        callee = op.attrs["callee"]
+        rule = self.module.rule_for(callee, "tangent")
+        if rule is None:
+            if self.module.rule_for(callee, "grad") is not None:
+                raise AdcError(f"forward mode cannot differentiate the call to '{callee}': it "
+                               f"has a grad rule but no tangent rule; add a rule "
+                               f"'tangent {callee}(inputs..., input tangents...)' that "
+                               f"returns one tangent per result", op.loc)
+            raise AdcError(f"call to '{callee}' was not inlined", op.loc)
+        seeds = [t if t is not None else zeros_like(self.b, v)
+                 for t, v in zip(in_t, op.operands)]
+        return self.b.call(rule, list(op.operands) + seeds)
+
+    def loop(self, op: Op, outer: Tangents) -> None:
+        b, active = self.b, self.active
+        body, nc, n = op.regions[0], op.attrs["n_carry"], op.attrs["n"]
+        carry_args, x_args = body.args[1:1 + nc], body.args[1 + nc:]
+        xs = op.operands[nc:]
+        carries = [k for k in range(nc) if carry_args[k] in active or op.results[k] in active]
+        sliced = [j for j, x in enumerate(x_args)
+                  if x in active and outer.get(xs[j]) is not None]
+
+        nbody = Block([body.args[0].type], [body.args[0].name])
+        self.subst[body.args[0]] = nbody.args[0]
+        new_carry = [nbody.add_arg(a.type, a.name) for a in carry_args]
+        t_carry = [nbody.add_arg(carry_args[k].type, _t(carry_args[k])) for k in carries]
+        new_x = [nbody.add_arg(a.type, a.name) for a in x_args]
+        t_x = [nbody.add_arg(x_args[j].type, _t(x_args[j])) for j in sliced]
+        self.subst.update(zip(carry_args + x_args, new_carry + new_x))
+
+        inner = Tangents(b, outer)
+        inner.t.update(zip([new_carry[k] for k in carries], t_carry))
+        inner.t.update(zip([new_x[j] for j in sliced], t_x))
+        with b.inside(nbody), b.at(op.loc):
+            self.ops(body.ops[:-1], inner)
+            yielded = [self.subst.get(v, v) for v in body.ops[-1].operands]
+            ys = yielded[nc:]
+            with_t = [j for j, y in enumerate(ys) if inner.get(y) is not None
+                      and op.results[nc + j] in active]
+            b.yield_(yielded[:nc] + [inner.get_or_zeros(yielded[k]) for k in carries]
+                     + ys + [inner.get(ys[j]) for j in with_t])
+
+        with b.at(op.loc):
+            init = list(op.operands[:nc]) + [outer.get_or_zeros(op.operands[k]) for k in carries]
+            names = ([r.name for r in op.results[:nc]] + [_t(op.results[k]) for k in carries]
+                     + [r.name for r in op.results[nc:]]
+                     + [_t(op.results[nc + j]) for j in with_t])
+            new = b.for_(n, nbody, init, list(xs) + [outer.get(xs[j]) for j in sliced],
+                         reverse=op.attrs.get("reverse", False), result_names=names)
+        res, nt, ny = new.results, len(carries), len(ys)
+        self.subst.update(zip(op.results[:nc], res[:nc]))
+        self.subst.update(zip(op.results[nc:], res[nc + nt:nc + nt + ny]))
+        for pos, k in enumerate(carries):
+            outer.set(res[k], res[nc + pos])
+        for pos, j in enumerate(with_t):
+            outer.set(res[nc + nt + j], res[nc + nt + ny + pos])
+
+
+def _t(v: Value) -> str | None:
+    return f"t_{v.name}" if v.name else None
+
+
+def apply_jvp(b: Builder, op: Op, in_t: list) -> list:
+    """One tangent per result of `op` (``None``: zero) from one per operand."""
+    opdef = registry.get(op.name)
+    if opdef.jvp is not None:
+        out = opdef.jvp(b, op, in_t)
+    elif opdef.has("no_grad") or opdef.has("constructor"):
+        return [None] * len(op.results)
+    elif opdef.has("linear"):
+        out = linear_jvp(b, op, in_t)
+    else:
+        raise AdcError(f"op '{op.name}' has no forward-mode rule", op.loc)
+    out = [out] if isinstance(out, Value) or out is None else list(out)
+    if len(out) != len(op.results):
+        raise AssertionError(f"JVP of {op.name} returned {len(out)} tangents "
+                             f"for {len(op.results)} results")
+    return out
+
+
+def linear_jvp(b: Builder, op: Op, in_t: list) -> list:
+    """A linear op applied to its operands' tangents; integer operands (indices) are kept."""
+    args = [(t if t is not None else zeros_like(b, v)) if v.type.is_float else v
+            for v, t in zip(op.operands, in_t)]
+    return b.create(op.name, args, op.attrs).results
+
+
+def resolve_wrt(fn: Function, wrt) -> list[str]:
+    """`wrt` checked against `fn`'s inputs; default: the ``param`` inputs."""
+    wrt = list(wrt) or [a for a in fn.arg_names if a in fn.params]
+    if not wrt:
+        raise AdcError(f"function '{fn.name}' has no inputs marked 'param'; "
+                       f"say which to differentiate with --wrt", fn.loc)
+    for w in wrt:
+        if w not in fn.arg_names:
+            raise AdcError(f"'{w}' is not an input of '{fn.name}' "
+                           f"(inputs: {', '.join(fn.arg_names)})", fn.loc)
+        if not fn.arg(w).type.is_float:
+            raise AdcError(f"cannot differentiate with respect to '{w}': "
+                           f"it has integer type {fn.arg(w).type}", fn.loc)
+    return wrt
+
+
+def build_tangent(module: Module, fn: Function, wrt: list[str], name: str,
+                  outputs: list[int] | None = None) -> Function:
+    """The tangent program of `fn` (whose calls without custom rules are inlined).
+
+    `outputs` picks the results whose tangents are returned (default: all of them);
+    only those make values active, so no work is emitted for the others.
+    """
+    wrt = resolve_wrt(fn, wrt)
+    outputs = list(range(len(fn.result_types))) if outputs is None else list(outputs)
+    tfn, _ = clone_function(fn, name)
+    ops = list(tfn.body.ops)
+    ret = ops.pop()
+    results = list(ret.operands)
+    active = analyze_activity(tfn, wrt, [results[k] for k in outputs])
+    taken = set(tfn.arg_names)
+    t_args = []
+    for w in wrt:
+        t_args.append(tfn.body.add_arg(tfn.arg(w).type, tangent_name(w, taken)))
+        taken.add(t_args[-1].name)
+    tfn.body.ops = []
+    b = Builder(tfn.body, ret.loc)
+    tans = Tangents(b)
+    for w, t in zip(wrt, t_args):
+        tans.t[tfn.arg(w)] = t
+    tb = TangentBuilder(b, module, active)
+    tb.ops(ops, tans)
+    results = [tb.subst.get(v, v) for v in results]
+    b.ret(results + [tans.get_or_zeros(results[k]) for k in outputs])
+    tfn.result_types = list(fn.result_types) + [fn.result_types[k] for k in outputs]
+    tfn.attrs = {"tangent_program_of": fn.name, "wrt": tuple(wrt)}
+    return tfn
+
+
+@register_pass("jvp")
+@dataclass(frozen=True)
+class Forward:
+    """Add ``<fn>_jvp``, the tangent program of `fn` (default: the module's main function).
+
+    `wrt` names the differentiated inputs (default: the inputs marked ``param``).
+    """
+
+    wrt: tuple[str, ...] = ()
+    fn: str = ""
+
+    def __call__(self, module: Module) -> Module:
+        fn_name = self.fn or module.main.name
+        m = clone_module(Inline(fn=fn_name)(module))
+        m.add(build_tangent(m, m[fn_name], list(self.wrt), f"{fn_name}_jvp"))
+        return m
