@@ -57,6 +57,8 @@ CASES = [
     (ONE + "return sum(x, axis=0, axis=1) }", "1:46", "keyword argument 'axis' is repeated"),
     (ONE + "return sum(x, 0, axis=0) }", "1:41", "argument 'axis' of sum is given twice"),
     (ONE + "return leaky_relu(x, slope=x) }", "1:51", "an option must be a constant"),
+    (ONE + "return reshape(x) }", "1:31", "reshape needs the option 'shape'"),
+    (ONE + "return exp(x, axis=1) }", "1:38", "exp has no option 'axis' (options: none)"),
     (ONE + "return exp(i) }", "1:35", "unknown name 'i'"),
     ("def f(x: f32[B]) -> f32 { return exp(B) }", "1:38", "'B' is a symbolic dimension"),
     ("def f(xs: f32) -> f32 { return exp(x) }", "1:36", "unknown name 'x'; did you mean 'xs'?"),
@@ -142,6 +144,8 @@ CASES = [
     (ONE + "y = \x00 }", "1:28", "unexpected character '\\x00'"),
     (ONE + "y = x é }", "1:30", "unexpected character 'é'"),
     ("def f(x: f32) -> f32 {\n  y = (x\n  + 1\n}", "4:1", "unexpected '}'; expected ')'"),
+    ("def f(x: f32) -> f32 {\r\n  y = x\r\n  return q\r\n}", "3:10", "unknown name 'q'"),
+    ("def f(x: f32) -> f32 {\r  y = x\r  return q }", "3:10", "unknown name 'q'"),
     ("def for(x: f32) -> f32 { return x }", "1:5", "unexpected keyword 'for'; expected a name"),
 ]
 

@@ -38,7 +38,9 @@ class ExprLowering:
             return self.b.create(name, list(operands), attrs)
         except AdcError as e:
             msg = e.message.removeprefix(f"{name}: ").removeprefix(f"{what}: ")
-            raise AdcError(f"{what}: {msg}", e.loc or loc) from None
+            if not (what == name and msg.startswith(f"{name} ")):
+                msg = f"{what}: {msg}"
+            raise AdcError(msg, e.loc or loc) from None
         except Exception as e:  # a type rule that breaks on odd options is still a user error
             raise AdcError(f"{what}: invalid operands or options ({e})", loc) from None
 

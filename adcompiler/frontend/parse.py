@@ -60,6 +60,7 @@ def _get_parser() -> lark.Lark:
 def parse(text: str, filename: str = "<input>") -> ast.Module:
     """Parse TDSL source into a syntax tree; every error is an `AdcError` with a `Loc`."""
     parser = _get_parser()
+    text = text.replace("\r\n", "\n").replace("\r", "\n")  # lines as str.splitlines counts
     try:
         return parser.parse(text)
     except UnexpectedInput as e:
