@@ -16,7 +16,34 @@ from ..ir.types import NUMPY_DTYPE, dim_symbols
 from ..ops import registry
 from .names import Namer, dim_expr, sanitize
 
-RESERVED = {"np", "K", "dims", "sys", "main"}
+RESERVED = {"np", "K", "dims"}
+# names the script part of the module uses, kept free of function names
+MAIN_LOCALS = {"sys", "_main", "argv", "data", "dtypes", "inputs", "outs", "names", "name",
+               "value", "saves"}
+
+_MAIN = '''
+def _main(argv):
+    """Run on the arrays of the .npz argv[1]; save the outputs to argv[2] if given."""
+    import sys
+    if len(argv) < 2:
+        sys.exit(f"usage: python {{argv[0]}} INPUTS.npz [OUT.npz] [DIM=SIZE ...]")
+    data = np.load(argv[1])
+    dtypes = {dtypes!r}
+    inputs = {{k: np.asarray(data[k], dtype=t) for k, t in dtypes.items()}}
+    dims = {{k: int(v) for k, _, v in (a.partition("=") for a in argv[2:]) if _ == "="}}
+    outs = {call}
+    names = {names!r}
+    for name, value in zip(names, outs):
+        print(f"{{name}}: shape {{value.shape}} {{value.dtype}}")
+        print(np.array2string(np.asarray(value), precision=6))
+    saves = [a for a in argv[2:] if "=" not in a]
+    if saves:
+        np.savez(saves[0], **dict(zip(names, outs)))
+
+
+if __name__ == "__main__":
+    _main(__import__("sys").argv)
+'''
 
 
 class _Sources:
@@ -229,7 +256,7 @@ def emit_python(module: Module, fn_name: str, output_names: list[str] | None = N
     provenance comments (default: read from disk).
     """
     fn = module[fn_name]
-    fn_names, used = {}, set(RESERVED)
+    fn_names, used = {}, RESERVED | MAIN_LOCALS
     for name in module.functions:
         base = sanitize(name)
         py, k = base, 1
@@ -251,24 +278,6 @@ def emit_python(module: Module, fn_name: str, output_names: list[str] | None = N
         out += ["", *_FunctionEmitter(module, f, fn_names, needs_dims, src).emit(), ""]
     names = output_names or [f"out{k}" for k in range(len(fn.result_types))]
     dtypes = {a.name: NUMPY_DTYPE[a.type.dtype] for a in fn.args}
-    out += ["", 'if __name__ == "__main__":',
-            "    import sys",
-            "    if len(sys.argv) < 2:",
-            "        sys.exit(f\"usage: python {sys.argv[0]} INPUTS.npz [OUT.npz] \"",
-            "                 \"[DIM=SIZE ...]\")",
-            "    data = np.load(sys.argv[1])",
-            f"    dtypes = {dtypes!r}",
-            "    inputs = {k: np.asarray(data[k], dtype=t) for k, t in dtypes.items()}",
-            *(["    dims = {k: int(v) for k, _, v in (a.partition('=') for a in sys.argv[2:])",
-               "            if _ == '='}",
-               f"    outs = {fn_names[fn_name]}(*inputs.values(), dims=dims)"]
-              if needs_dims[fn_name] else [f"    outs = {fn_names[fn_name]}(*inputs.values())"]),
-            f"    names = {list(names)!r}",
-            "    for name, value in zip(names, outs):",
-            "        print(f\"{name}: shape {value.shape} {value.dtype}\")",
-            "        print(np.array2string(np.asarray(value), precision=6))",
-            "    saves = [a for a in sys.argv[2:] if '=' not in a]",
-            "    if saves:",
-            "        np.savez(saves[0], **dict(zip(names, outs)))",
-            ""]
+    call = f"{fn_names[fn_name]}(*inputs.values(){', dims=dims' if needs_dims[fn_name] else ''})"
+    out += [_MAIN.format(dtypes=dtypes, names=list(names), call=call)]
     return "\n".join(out)
