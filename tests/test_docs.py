@@ -1,0 +1,155 @@
+"""Every example in the docs runs, so the docs cannot drift from the code.
+
+Fenced blocks are run in document order, one shared namespace per file, in a scratch
+directory that has ``samples/`` and is on ``sys.path`` (files a page writes are importable,
+e.g. plugins for ``adc --plugin``):
+
+* ```python: executed;
+* ```pycon: a doctest; its printed output must match (``...`` elides, whitespace is loose);
+* ```console: each ``$ adc ...`` (or ``$ python ...``) line runs and must exit 0; every
+  output line shown under it must appear within a line of the output (``...`` elides);
+* ```tdsl: must compile; ```ir: must parse, verify and print back identically.
+
+README.md belongs to the user-facing overview; only its ```python blocks are run here.
+"""
+from __future__ import annotations
+
+import doctest
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import adcompiler as adc
+from adcompiler.ops import registry
+from adcompiler.passes.pipeline import PASSES
+from adc_runtime.kernels import KERNELS
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+RUNNABLE = {"python", "pycon", "console", "tdsl", "ir"}
+OWN_PAGES = ("ir.md", "tutorial-pass.md", "tutorial-op.md", "api.md")
+FENCE = re.compile(r"^```([\w-]*)[^\n]*\n(.*?)^```\s*$", re.M | re.S)
+
+
+def blocks(path: Path, kinds=RUNNABLE) -> list[tuple[str, int, str]]:
+    """(kind, line, text) of each fenced block of `path` whose kind is in `kinds`."""
+    text = path.read_text(encoding="utf-8")
+    return [(m.group(1), text.count("\n", 0, m.start()) + 2, m.group(2))
+            for m in FENCE.finditer(text) if m.group(1) in kinds]
+
+
+@pytest.fixture
+def scratch(tmp_path, monkeypatch):
+    """A working directory with samples/, on sys.path and PYTHONPATH; the op, kernel and
+    pass tables are restored afterwards so a page's registrations stay on that page."""
+    (tmp_path / "samples").symlink_to(ROOT / "samples")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(tmp_path), str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    saved = dict(registry.REGISTRY), dict(KERNELS), dict(PASSES), set(sys.modules)
+    yield tmp_path
+    for table, old in zip((registry.REGISTRY, KERNELS, PASSES), saved):
+        table.clear()
+        table.update(old)
+    for name in set(sys.modules) - saved[3]:
+        if getattr(sys.modules[name], "__file__", "") and \
+                str(tmp_path) in sys.modules[name].__file__:
+            del sys.modules[name]
+
+
+def run_python(code: str, ns: dict, where: str) -> None:
+    exec(compile(code, where, "exec"), ns)
+
+
+def run_pycon(code: str, ns: dict, where: str, line: int) -> None:
+    test = doctest.DocTestParser().get_doctest(code, ns, where, where, line)
+    out: list[str] = []
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    result = runner.run(test, out=out.append, clear_globs=False)
+    ns.update(test.globs)
+    assert not result.failed, "".join(out)
+
+
+def _loose(line: str) -> str:
+    return " ".join(line.split())
+
+
+def _matches(expected: str, actual_lines: list[str]) -> bool:
+    pattern = re.compile(".*".join(re.escape(p) for p in _loose(expected).split("...")))
+    return any(pattern.search(a) for a in actual_lines)
+
+
+def run_console(code: str, where: str) -> None:
+    commands: list[tuple[str, list[str]]] = []
+    for line in code.splitlines():
+        if line.startswith("$ "):
+            commands.append((line[2:], []))
+        elif commands:
+            commands[-1][1].append(line)
+    assert commands, f"{where}: a console block without a '$ ' command"
+    for cmd, expected in commands:
+        argv = shlex.split(cmd)
+        if argv[0] == "adc":
+            argv = [sys.executable, "-m", "adcompiler", *argv[1:]]
+        elif argv[0] == "python":
+            argv = [sys.executable, *argv[1:]]
+        else:
+            raise AssertionError(f"{where}: only 'adc' and 'python' commands run: {cmd}")
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        output = proc.stdout + proc.stderr
+        assert proc.returncode == 0, f"{where}: '{cmd}' exited {proc.returncode}\n{output}"
+        actual = [_loose(a) for a in output.splitlines()]
+        for e in expected:
+            if _loose(e) and _loose(e) != "...":
+                assert _matches(e, actual), f"{where}: '{cmd}' did not print {e!r}\n{output}"
+
+
+def run_page(path: Path, kinds=RUNNABLE) -> int:
+    ns: dict = {"__name__": f"docs_{path.stem.replace('-', '_')}"}
+    found = blocks(path, kinds)
+    for kind, line, code in found:
+        where = f"{path.relative_to(ROOT)}:{line}"
+        if kind == "python":
+            run_python(code, ns, where)
+        elif kind == "pycon":
+            run_pycon(code, ns, where, line)
+        elif kind == "console":
+            run_console(code, where)
+        elif kind == "tdsl":
+            adc.compile_source(code, where)
+        elif kind == "ir":
+            module = adc.parse_ir(code, where)
+            assert adc.print_module(module).rstrip() == code.rstrip(), \
+                f"{where}: the IR does not print back as written"
+    return len(found)
+
+
+@pytest.mark.parametrize("page", DOCS, ids=[p.name for p in DOCS])
+def test_doc_examples_run(page, scratch):
+    run_page(page)
+
+
+def test_readme_python_examples_run(scratch):
+    run_page(ROOT / "README.md", kinds={"python"})
+
+
+@pytest.mark.parametrize("name", OWN_PAGES)
+def test_guide_pages_exist_and_have_examples(name):
+    path = ROOT / "docs" / name
+    assert path.exists(), name
+    kinds = {k for k, _, _ in blocks(path)}
+    assert kinds & {"python", "pycon"}, f"{name} has no runnable Python example"
+
+
+def test_fence_reader(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("x\n```python\na = 1\n```\n```text\nno\n```\n```pycon\n>>> a\n1\n```\n")
+    assert [(k, line) for k, line, _ in blocks(page)] == [("python", 3), ("pycon", 9)]
+    assert _matches("out ... 0.46", [_loose("out   ()  float32   0.462856")])
+    assert not _matches("grad_W1", ["grad_b1"])
