@@ -61,6 +61,8 @@ def _convert(name: str, arr: np.ndarray, from_json: bool, t: TensorType, path: s
     kind = arr.dtype.kind
     if declared.kind == "f" and (kind == "f" or (from_json and kind in "iu")):
         return arr.astype(declared)
+    if from_json and declared.kind in "iu" and kind == "f" and np.all(np.mod(arr, 1) == 0):
+        kind = "i"  # JSON writes 2.0 for some integers
     if declared.kind in "iu" and kind in "iu" and (from_json or arr.dtype == declared):
         if from_json and not np.array_equal(arr.astype(declared), arr):
             raise AdcError(f"{path}: input '{name}' does not fit in {t.dtype}")
