@@ -1,0 +1,123 @@
+"""Hessian-vector products: forward-over-reverse against central differences of the
+gradient and against reverse-over-forward, on programs with loops, broadcasting, reductions
+and custom rules."""
+import numpy as np
+import pytest
+
+from gradcheck import run
+from adcompiler.diagnostics import AdcError
+from adcompiler.frontend import compile_source
+from adcompiler.ir.parser import parse_module
+from adcompiler.ir.printer import print_module
+from adcompiler.ir.verifier import verify
+from adcompiler.passes.hvp import HVP, forward_over_reverse, reverse_over_forward
+
+RNG = np.random.default_rng(11)
+
+
+def check_hvp(src: str, inputs: dict, wrt: list[str], fn: str = "f", eps: float = 1e-5,
+              rtol: float = 1e-6, atol: float = 1e-8):
+    """Assert ``f_hvp`` = d/de grad(x + e v) (central differences) = ``f_rof``."""
+    m = compile_source(src)
+    hm = forward_over_reverse(m, fn, wrt)
+    rm = reverse_over_forward(m, fn, wrt)
+    for mod in (hm, rm):
+        verify(mod)
+        text = print_module(mod)
+        assert print_module(parse_module(text)) == text
+    v = {w: RNG.standard_normal(np.shape(inputs[w])) for w in wrt}
+    tv = {f"t_{w}": v[w] for w in wrt}
+    outs = run(hm, f"{fn}_hvp", {**inputs, **tv})
+    n = len(m[fn].result_types)
+    grads, hvps = outs[n:n + len(wrt)], outs[n + len(wrt):]
+    base = run(hm, f"{fn}_grad", inputs)
+    for g, want in zip(grads, base[n:]):
+        np.testing.assert_array_equal(g, want)
+    plus = run(hm, f"{fn}_grad", {**inputs, **{w: inputs[w] + eps * v[w] for w in wrt}})
+    minus = run(hm, f"{fn}_grad", {**inputs, **{w: inputs[w] - eps * v[w] for w in wrt}})
+    rof = run(rm, f"{fn}_rof", {**inputs, **tv})[n:]
+    for k, w in enumerate(wrt):
+        fd = (plus[n + k] - minus[n + k]) / (2 * eps)
+        np.testing.assert_allclose(hvps[k], fd, rtol=rtol, atol=atol, err_msg=f"hvp {w}")
+        np.testing.assert_allclose(rof[k], hvps[k], rtol=1e-10, atol=1e-12,
+                                   err_msg=f"reverse-over-forward {w}")
+    return hvps
+
+
+def test_quadratic_form_has_exact_hessian():
+    a = np.array([[2.0, 1.0], [1.0, 3.0]])
+    src = "def f(param x: f64[2], a: f64[2, 2]) -> f64 { return sum(x * sum(a * x, axis=1)) }"
+    m = compile_source(src)
+    hm = forward_over_reverse(m, "f", ["x"])
+    x, v = np.array([0.3, -1.0]), np.array([1.0, 2.0])
+    *_, hv = run(hm, "f_hvp", {"x": x, "a": a, "t_x": v})
+    np.testing.assert_allclose(hv, (a + a.T) @ v, rtol=1e-15)
+
+
+def test_elementwise_and_reductions():
+    src = """
+def f(param x: f64[3, 4], param w: f64[4]) -> f64 {
+    y = sigmoid(x * w) + softplus(x) - log1p(x * x)
+    return logsumexp(y, axis=1)[0] + var(y) + mean(tanh(y) ** 2.0) + max(y * w)
+}"""
+    check_hvp(src, {"x": RNG.standard_normal((3, 4)), "w": RNG.standard_normal(4)},
+              ["x", "w"])
+
+
+def test_loop_with_captures_and_scan():
+    src = """
+def f(xs: f64[T, 3], param h0: f64[3], param w: f64[3]) -> f64 {
+    h = h0
+    loss = zeros([], dtype=f64)
+    for i in range(T) {
+        h = tanh(h * w + xs[i])
+        loss = loss + sum((h - xs[i]) ** 2.0)
+    }
+    return loss
+}"""
+    check_hvp(src, {"xs": 0.5 * RNG.standard_normal((4, 3)), "h0": RNG.standard_normal(3),
+                    "w": RNG.standard_normal(3)}, ["h0", "w"])
+
+
+def test_vector_result_is_seeded_with_ones():
+    src = "def f(param x: f64[3]) -> f64[3] { return x * x * x }"
+    m = compile_source(src)
+    x, v = np.array([1.0, 2.0, -1.0]), np.array([1.0, 0.5, 2.0])
+    *_, hv = run(forward_over_reverse(m, "f", ["x"]), "f_hvp", {"x": x, "t_x": v})
+    np.testing.assert_allclose(hv, 6 * x * v, rtol=1e-15)
+
+
+def test_custom_rules_in_both_orders():
+    src = """
+def cube(x: f64[N]) -> f64[N] { return x * x * x }
+grad cube(x, y, dy) { return 3.0 * x * x * dy }
+tangent cube(x, dx) { return 3.0 * x * x * dx }
+def f(param x: f64[N]) -> f64 { return sum(cube(x) * x) }
+"""
+    x = np.array([0.5, -1.5, 2.0])
+    hv = check_hvp(src, {"x": x}, ["x"])
+    assert hv[0].shape == (3,)
+
+
+def test_grad_rule_without_tangent_rule_is_an_error():
+    src = """
+def g(x: f64[2]) -> f64[2] { return x * x }
+grad g(x, y, dy) { return 2.0 * x * dy }
+def f(param x: f64[2]) -> f64 { return sum(g(x) * g(x)) }
+"""
+    # the gradient reads g's result, so its tangent is needed and only g's body could give it
+    with pytest.raises(AdcError, match="'g'.*tangent"):
+        forward_over_reverse(compile_source(src), "f", ["x"])
+
+
+def test_hvp_pass_with_check():
+    m = compile_source("def f(param x: f64[2], param y: f64[2]) -> f64 { return sum(x * y * y) }")
+    out = HVP(fn="f", check=True)(m)
+    assert {"f_grad", "f_hvp", "f_jvp", "f_rof"} <= set(out.functions)
+    assert out["f_hvp"].arg_names == ["x", "y", "t_x", "t_y"]
+    x, y = np.array([1.0, 2.0]), np.array([3.0, -1.0])
+    tx, ty = np.array([1.0, 0.0]), np.array([0.0, 1.0])
+    outs = run(out, "f_hvp", {"x": x, "y": y, "t_x": tx, "t_y": ty})
+    # H = [[0, 2y], [2y, 2x]] (diagonal blocks)
+    np.testing.assert_allclose(outs[3], 2 * y * ty)
+    np.testing.assert_allclose(outs[4], 2 * y * tx + 2 * x * ty)
