@@ -3,7 +3,9 @@
 The executor reads IR objects by duck typing (op.name, op.operands, op.attrs, op.regions,
 block.args, block.ops), so the runtime does not import the compiler. Each value is dropped
 as soon as its last use has run, and the bytes of live values are tracked: `stats` reports
-``peak_bytes`` (the high-water mark of live arrays, inputs and outputs included).
+``peak_bytes`` (the high-water mark of live arrays, inputs and outputs included). Every SSA
+value counts its full size (views included); a loop's stacked outputs count from the loop's
+start; `adcompiler.memory` predicts this figure from the IR alone.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import numpy
 from .kernels import DTYPES, KERNELS
 
 SHAPE_ATTRS = ("shape", "n")  # attributes that may hold symbolic dimensions
+ANNOTATION_ATTRS = ("recompute",)  # marks for readers of the IR, not kernel options
 
 
 class RunError(Exception):
@@ -140,8 +143,12 @@ class Executor:
         if op.name == "for":
             return self.run_for(op, env, args)
         if op.name == "call":
-            return self.call(self.module.functions[op.attrs["callee"]], args)
-        attrs = {k: (self._resolve(v) if k in SHAPE_ATTRS else v) for k, v in op.attrs.items()}
+            outs = self.call(self.module.functions[op.attrs["callee"]], args)
+            # the callee's results stay counted by its frame; the caller counts them again
+            self.live -= sum(a.nbytes for a in outs)
+            return outs
+        attrs = {k: (self._resolve(v) if k in SHAPE_ATTRS else v) for k, v in op.attrs.items()
+                 if k not in ANNOTATION_ATTRS}
         kern = KERNELS.get(op.name)
         if kern is None:
             raise RunError(f"no kernel for op '{op.name}'")
@@ -162,6 +169,10 @@ class Executor:
         ny = len(op.results) - nc
         ys = [xp.empty(self._resolve(r.type.shape), dtype=DTYPES[r.type.dtype])
               for r in op.results[nc:]]
+        # the stacked outputs occupy memory from the first iteration on
+        ys_bytes = sum(buf.nbytes for buf in ys)
+        self.live += ys_bytes
+        self.peak = max(self.peak, self.live)
         order = range(n - 1, -1, -1) if op.attrs.get("reverse") else range(n)
         for i in order:
             slices = [x[i] for x in xs]
@@ -169,6 +180,7 @@ class Executor:
             carry = [self._fix(c, v) for c, v in zip(out[:nc], op.results[:nc])]
             for buf, y in zip(ys, out[nc:nc + ny]):
                 buf[i] = y
+        self.live -= ys_bytes  # counted again as the loop's results
         return carry + ys
 
 

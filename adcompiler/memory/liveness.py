@@ -1,0 +1,141 @@
+"""Predicted peak live bytes of a function, by the runtime's accounting convention.
+
+The convention (pinned by tests/test_memory.py against `adc_runtime.executor`):
+
+* every SSA value counts the full size of its type, from the end of its defining op (or the
+  start of its block, for block arguments) until its last use in its own block; an op with a
+  region is a use of every outer value that region reads; views and aliases count in full;
+* an op's results are all counted before its dead operands are freed, so the op's inputs and
+  outputs are live together; an unused result is counted and freed at once;
+* function inputs count from the start and outputs until the end (inputs and outputs
+  included); a ``call`` counts its callee's frame on top of the caller's;
+* a ``for`` loop counts its stacked outputs (``n`` x the slice) from its start, and per
+  iteration the body's arguments (the ``i64`` index, the carries and the slices of the
+  scanned inputs, each again in full) plus the body's own values. Every iteration has the same
+  profile, so the body is walked once; the loop's operands stay live until it ends.
+
+Temporaries inside kernels are not counted: the model, like the runtime, counts SSA values.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from ..ir.core import Block, Function, Module, Op, Value
+from .sizes import trip_count, value_bytes
+
+
+@dataclass
+class MemoryProfile:
+    peak_bytes: int
+    peak_op: Op | None = None          # the op during or after which the peak is reached
+    live_at_peak: list[tuple[Value, int]] = field(default_factory=list)
+    tracked_peak: int = 0              # the peak of the bytes of `tracked` values alone
+
+
+def last_uses(block: Block) -> dict[int, list[Value]]:
+    """For each op index, the values of `block` whose last use is that op (-1: unused args)."""
+    last: dict[Value, int] = {v: -1 for v in block.args}
+    for k, op in enumerate(block.ops):
+        for v in op.results:
+            last[v] = k
+        for inner in op.walk():
+            for v in inner.operands:
+                if v in last:
+                    last[v] = k
+    table: dict[int, list[Value]] = {}
+    for v, k in last.items():
+        table.setdefault(k, []).append(v)
+    return table
+
+
+class _Walk:
+    def __init__(self, module: Module, dims: Mapping[str, int], tracked, capture_at):
+        self.module, self.dims = module, dims
+        self.tracked = tracked or set()
+        self.capture_at = capture_at
+        self.live = self.peak = self.tlive = self.tpeak = 0
+        self.values: dict[Value, int] = {}
+        self.current: Op | None = None
+        self.peak_op: Op | None = None
+        self.snapshot: list[tuple[Value, int]] = []
+        self._plans: dict[int, dict] = {}
+
+    def _bump(self, nbytes: int) -> None:
+        self.live += nbytes
+        if self.live > self.peak:
+            self.peak, self.peak_op = self.live, self.current
+        if self.capture_at is not None and self.live == self.capture_at and not self.snapshot:
+            self.snapshot = sorted(self.values.items(), key=lambda kv: -kv[1])
+
+    def add(self, v: Value) -> None:
+        nb = value_bytes(v, self.dims)
+        self.values[v] = self.values.get(v, 0) + nb
+        if v in self.tracked:
+            self.tlive += nb
+            self.tpeak = max(self.tpeak, self.tlive)
+        self._bump(nb)
+
+    def drop(self, v: Value) -> None:
+        nb = value_bytes(v, self.dims)
+        self.live -= nb
+        self.values[v] -= nb
+        if not self.values[v]:
+            del self.values[v]
+        if v in self.tracked:
+            self.tlive -= nb
+
+    def block(self, block: Block, keep_results: bool = False) -> None:
+        plan = self._plans.get(id(block))
+        if plan is None:
+            plan = self._plans[id(block)] = last_uses(block)
+        for v in block.args:
+            self.add(v)
+        for v in plan.get(-1, ()):
+            self.drop(v)
+        for k, op in enumerate(block.ops):
+            if op.name in ("return", "yield"):
+                for v in plan.get(k, ()):
+                    if not keep_results or v not in op.operands:
+                        self.drop(v)
+                return
+            saved, self.current = self.current, op
+            self.op(op)
+            for v in op.results:
+                self.add(v)
+            self.current = saved
+            for v in plan.get(k, ()):
+                self.drop(v)
+
+    def op(self, op: Op) -> None:
+        if op.name == "for":
+            nc = op.attrs["n_carry"]
+            ys = sum(value_bytes(r, self.dims) for r in op.results[nc:])
+            self._bump(ys)
+            n = trip_count(op.attrs["n"], self.dims)
+            if n is None or n > 0:
+                self.block(op.regions[0])
+            self.live -= ys
+        elif op.name == "call":
+            callee = self.module.functions[op.attrs["callee"]]
+            self.block(callee.body, keep_results=True)
+            for v in callee.returned:
+                self.drop(v)
+
+
+def predict_peak(module: Module, fn: str | Function, dims: Mapping[str, int] | None = None,
+                 tracked: set[Value] | None = None, detail: bool = False) -> MemoryProfile:
+    """The peak live bytes of running `fn` with its symbols bound by `dims`.
+
+    `tracked` values get their own peak (`tracked_peak`), e.g. the values a remat schedule
+    stores for the reverse sweep; `detail` also records the live values at the peak.
+    """
+    f = module.functions[fn] if isinstance(fn, str) else fn
+    w = _Walk(module, dict(dims or {}), tracked, None)
+    w.block(f.body, keep_results=True)
+    prof = MemoryProfile(w.peak, w.peak_op, [], w.tpeak)
+    if detail:
+        w2 = _Walk(module, dict(dims or {}), tracked, w.peak)
+        w2.block(f.body, keep_results=True)
+        prof.live_at_peak = w2.snapshot
+    return prof

@@ -1,0 +1,175 @@
+"""Choosing and applying a plan for every loop of an adjoint function.
+
+`schedule` is what the ``remat`` pass runs. Per loop (forward loop + reverse loop with a
+static trip count) the policy picks a `binomial.Plan`:
+
+* ``sqrt``: about √n equal segments; ``revolve:C``: the binomial plan with C slots;
+* ``budget:SIZE``: among plans with c slots and tapes of L steps (binomial plans, optimal for
+  their c and L), the fewest recomputed steps whose *predicted peak of the whole function*
+  fits SIZE. Each candidate's peak is computed exactly on its rewritten IR
+  (`memory.predict_peak`); see `_best_for_loop` for the search. With several loops they are
+  settled one at a time, largest residuals first (greedy across loops);
+* ``min-memory``: the budget equal to the smallest peak any plan reaches (1 slot, 1 step).
+
+Loops with symbolic trip counts, and straight-line code, keep every value (noted).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from ..diagnostics import AdcError
+from ..ir.core import Function, Module
+from ..memory.liveness import predict_peak
+from ..memory.sizes import format_bytes, value_bytes
+from ..passes.clone import clone_module
+from ..passes.dce import dce_function
+from .binomial import Leaf, Plan, binomial_plan, cost, sqrt_plan
+from .loops import LoopPair, Rewrite, find_loop_pairs, rewrite_loop
+from .policy import Policy, parse_policy
+
+
+@dataclass
+class Schedule:
+    module: Module
+    fn: str
+    policy: Policy
+    plans: list[Plan | None] = field(default_factory=list)
+    rewrites: list[Rewrite] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    peak_bytes: int | None = None
+
+
+def adjoint_functions(module: Module, fn: str = "") -> list[str]:
+    if fn:
+        if fn not in module:
+            raise AdcError(f"remat: no function '{fn}' (functions: {', '.join(module.functions)})")
+        return [fn]
+    return [name for name, f in module.functions.items() if "adjoint_of" in f.attrs]
+
+
+def apply_plans(module: Module, fn: str, plans: list[Plan | None]) -> tuple[Module, list[Rewrite]]:
+    """A copy of `module` whose function `fn` has its loop pairs rewritten by `plans`."""
+    if all(p is None or isinstance(p, Leaf) for p in plans):
+        return module, []
+    out = clone_module(module)
+    f = out[fn]
+    rewrites = []
+    for pair, plan in zip(find_loop_pairs(f), plans):
+        if plan is not None:
+            r = rewrite_loop(f, pair, plan)
+            if r is not None:
+                rewrites.append(r)
+    dce_function(f, out)
+    return out, rewrites
+
+
+def _loop_sizes(pair: LoopPair, dims) -> int:
+    """Bytes of one step's residuals."""
+    return sum(value_bytes(pair.fwd.results[k], dims) for k in pair.residual) // max(pair.n, 1)
+
+
+def _leaves(n: int) -> list[int]:
+    """Tape lengths tried: a geometric ladder (ratio 1.5) and n/2, n/3, ... n/8 rounded up."""
+    leaves, L = set(), 1.0
+    while L < n:
+        leaves.add(int(L))
+        L *= 1.5
+    leaves |= {-(-n // s) for s in (2, 3, 4, 6, 8)}
+    return sorted(x for x in leaves if 1 <= x < n)
+
+
+def _plan(n: int, c: int, L: int) -> Plan:
+    return Leaf(0, n) if L >= n else binomial_plan(n, c, L)
+
+
+class _Peaks:
+    """Exact predicted peaks of the function with loop `k` under the plan (c, L), cached."""
+
+    def __init__(self, module: Module, fn: str, dims):
+        self.module, self.fn, self.dims, self.cache = module, fn, dims, {}
+
+    def __call__(self, plans: list[Plan]) -> int:
+        key = tuple(map(repr, plans))
+        if key not in self.cache:
+            m, _ = apply_plans(self.module, self.fn, plans)
+            self.cache[key] = predict_peak(m, self.fn, self.dims).peak_bytes
+        return self.cache[key]
+
+
+def _best_for_loop(n: int, fits) -> tuple[int, int]:
+    """The (c, L) with the fewest recomputed steps for which `fits(c, L)`; (1, 1) fits.
+
+    Assumes the peak grows with the slots c and with the tape length L (true of chains: a
+    plan with more slots or a longer tape never holds less), so for each L a bisection finds
+    the most slots that fit, which is the cheapest plan with that tape.
+    """
+    if fits(1, n):
+        return 1, n
+    best = (cost(n, 1, 1), 1, 1)
+    for L in _leaves(n):
+        if not fits(1, L):
+            break
+        lo, hi = 1, -(-n // L)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if fits(mid, L) else (lo, mid - 1)
+        best = min(best, (cost(n, lo, L), lo, L))
+    return best[1], best[2]
+
+
+def solve_budget(module: Module, fn: str, pairs: list[LoopPair], budget: int | None,
+                 dims: Mapping[str, int]) -> list[Plan]:
+    """The cheapest plans whose predicted peak fits `budget` (None: the smallest peak)."""
+    peaks = _Peaks(module, fn, dims)
+    plans = [_plan(p.n, 1, 1) for p in pairs]
+    floor = peaks(plans)
+    if budget is None:
+        budget = floor
+    if floor > budget:
+        raise AdcError(f"remat budget {format_bytes(budget)} ({budget} bytes) cannot be met: "
+                       f"the smallest feasible peak is {format_bytes(floor)} ({floor} bytes)")
+    order = sorted(range(len(pairs)), key=lambda k: -_loop_sizes(pairs[k], dims) * pairs[k].n)
+    for k in order:
+        n = pairs[k].n
+
+        def fits(c, L, k=k, n=n):
+            return peaks(plans[:k] + [_plan(n, c, L)] + plans[k + 1:]) <= budget
+        c, L = _best_for_loop(n, fits)
+        plans[k] = _plan(n, c, L)
+    return plans
+
+
+def schedule(module: Module, policy: str | Policy, fn: str = "",
+             dims: Mapping[str, int] | None = None) -> Schedule:
+    """Apply `policy` to the adjoint function(s) of `module` (the output of ``reverse``)."""
+    pol = parse_policy(policy) if isinstance(policy, str) else policy
+    dims = dict(dims or {})
+    names = adjoint_functions(module, fn)
+    sched = Schedule(module, names[0] if names else fn, pol)
+    if pol.kind == "none":
+        return sched
+    for name in names:
+        f = module[name]
+        _note_skipped(f, sched)
+        pairs = find_loop_pairs(f)
+        if not pairs:
+            continue
+        if pol.kind == "sqrt":
+            plans = [sqrt_plan(p.n) for p in pairs]
+        elif pol.kind == "revolve":
+            plans = [binomial_plan(p.n, pol.checkpoints) for p in pairs]
+        else:
+            plans = solve_budget(module, name, pairs, pol.budget or None, dims)
+        module, rewrites = apply_plans(module, name, plans)
+        sched.plans += plans
+        sched.rewrites += rewrites
+    sched.module = module
+    return sched
+
+
+def _note_skipped(f: Function, sched: Schedule) -> None:
+    for op in f.body.ops:
+        if op.name == "for" and op.attrs["reverse"] and not isinstance(op.attrs["n"], int):
+            sched.notes.append(f"loop at {op.loc}: trip count {op.attrs['n']} is symbolic; "
+                               f"its residuals are stored in full")
