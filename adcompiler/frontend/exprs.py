@@ -11,7 +11,6 @@ import difflib
 from ..diagnostics import AdcError, Loc
 from ..ir.core import Op, Value
 from ..ir.types import TensorType, join_dtypes
-from ..ops import registry
 from . import ast
 from .values import Multi, Weak, checked_value, default_dtype, fold, literal_dtype
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..diagnostics import AdcError
 from ..ir.builder import Builder
 from ..ir.core import Block, Function, Value
 from ..ir.types import TensorType
@@ -217,8 +216,6 @@ class FunctionLowerer(ExprLowering, CallLowering):
             self.trials += 1
             try:
                 found = self.trial(st, carried)
-            except AdcError:
-                pass  # the real lowering reports it
             finally:
                 self.trials -= 1
                 del self.calls[saved[0]:]

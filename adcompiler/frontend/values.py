@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..diagnostics import AdcError
 from ..ir.types import FLOAT_DTYPES, INT_DTYPES
 from .ast import Span
 
