@@ -7,6 +7,7 @@ Exit status: 0 success; 1 an error in the program, its data or a failed check (r
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 
@@ -266,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             traceback.print_exc()
         return 1
+    except BrokenPipeError:  # stdout closed early (`adc run ... | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except KeyboardInterrupt:
         print("adc: interrupted", file=sys.stderr)
         return 130

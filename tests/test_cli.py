@@ -349,3 +349,37 @@ def test_device_cuda_without_a_gpu(capsys):
     assert code == 1
     assert err.startswith("error: --device cuda needs CuPy and a CUDA GPU")
     assert err.count("\n") == 1
+
+
+# ---- options of check, --fn, --device cpu ----------------------------------------------
+
+def test_check_options(capsys):
+    code, out, _ = run_main(capsys, "check", TINY, "--inputs", TINY_JSON, "--max-points", "3",
+                            "--eps", "1e-5", "--rtol", "1e-3")
+    assert code == 0
+    rows = {ln.split()[0]: ln.split() for ln in out.splitlines()[2:] if ln.strip()}
+    assert rows["W1"][:3] == ["W1", "(2,", "2)"] and rows["W1"][3] == "3"
+    assert rows["b3"][2] == "1" and "rtol 0.001, eps 1e-05" in out
+    code, out, _ = run_main(capsys, "check", TINY, "--inputs", TINY_JSON, "--rtol", "0")
+    assert code == 1 and "gradient check FAILED" in out
+
+
+def test_fn_selects_a_function(capsys, tmp_path):
+    out = tmp_path / "o.npz"
+    code, _, err = run_main(capsys, "run", MLP, "--fn", "classify", "--mode", "forward",
+                            "--bind", "B=7", "--device", "cpu", "--out", out)
+    assert code == 0, err
+    with np.load(out) as z:
+        assert z.files == ["out"] and z["out"].shape == (7, 3)
+
+
+def test_multiple_results_are_numbered(capsys, tmp_path):
+    path = write(tmp_path / "two.tdsl", "def f(param x: f32[3]) -> (f32, f32[3]) {\n"
+                                       "    return sum(x * x), 2 * x\n}\n")
+    out = tmp_path / "o.npz"
+    code, stdout, err = run_main(capsys, "run", path, "--out", out)
+    assert code == 0, err
+    with np.load(out) as z:
+        assert sorted(z.files) == ["grad_x", "out0", "out1"]
+        # ones-seeded: d/dx [sum(x * x) + sum(2 * x)] = 2 * x + 2 = out1 + 2
+        np.testing.assert_allclose(z["grad_x"], z["out1"] + 2, rtol=1e-6)
