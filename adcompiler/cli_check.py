@@ -28,7 +28,9 @@ class InputCheck:
 
 
 def _objective(outputs) -> float:
-    return float(sum(np.sum(np.asarray(o, dtype=np.float64)) for o in outputs))
+    """Sum of every float result (integer and bool results carry no derivative)."""
+    return float(sum(np.sum(np.asarray(o, dtype=np.float64)) for o in outputs
+                     if np.asarray(o).dtype.kind == "f"))
 
 
 def _points(size: int, max_points: int, rng) -> np.ndarray:
