@@ -1,0 +1,96 @@
+"""Command-line pieces for rematerialization: ``--remat``, ``--stats-json`` and
+``adc remat-curve``. `cli.py` wires them in (see `add_remat_arguments`, `apply_remat`,
+`add_remat_curve_command`)."""
+from __future__ import annotations
+
+import json
+import sys
+
+from .diagnostics import AdcError
+
+
+def add_remat_arguments(parser) -> None:
+    """``--remat POLICY`` and ``--stats-json FILE`` (for ``compile`` and ``run``)."""
+    parser.add_argument("--remat", metavar="POLICY", default="none",
+                        help="none, sqrt, revolve:C, budget:SIZE (e.g. budget:64MiB) or "
+                             "min-memory (default: none)")
+    parser.add_argument("--stats-json", metavar="FILE",
+                        help="write the remat schedule's memory and FLOP figures as JSON")
+
+
+def size_dims(fn, dims: dict) -> tuple[dict, list[str]]:
+    """`dims` plus a default size for each symbol of `fn`'s inputs that nothing binds."""
+    from .cli_inputs import DEFAULT_DIM, function_symbols
+    env, notes = dict(dims), []
+    for s in function_symbols(fn):
+        if s not in env:
+            env[s] = DEFAULT_DIM
+            notes.append(f"remat: sizes computed with {s}={DEFAULT_DIM} (bind it with --bind)")
+    return env, notes
+
+
+def apply_remat(module, run_name: str, policy: str, dims: dict) -> tuple:
+    """Schedule the compiled adjoint `run_name` of `module` (after ``reverse`` and ``dce``).
+    Returns (module, stats dict, notes)."""
+    from .remat.explain import remat_stats
+    from .remat.schedule import schedule
+    env, notes = size_dims(module[run_name], dims)
+    sched = schedule(module, policy, run_name, env)
+    return sched.module, remat_stats(module, sched, env), notes
+
+
+def report(stats: dict, out=None) -> None:
+    from .remat.explain import format_stats
+    print(format_stats(stats), file=out or sys.stderr)
+
+
+def write_stats_json(path: str, stats: dict, peak_measured: int | None = None) -> None:
+    data = dict(stats)
+    if peak_measured is not None:
+        data["peak_bytes_measured"] = peak_measured
+    try:
+        with open(path, "w") as f:
+            json.dump(data, f, indent=2)
+            f.write("\n")
+    except OSError as e:
+        raise AdcError(f"cannot write {path}: {e.strerror}") from None
+
+
+def add_remat_curve_command(subparsers, common) -> None:
+    """``adc remat-curve FILE [-o curve.png] [--points N]``; `common(p)` adds --fn, --wrt,
+    --bind, --inputs, --seed."""
+    p = subparsers.add_parser("remat-curve", help="sweep remat budgets from min-memory to "
+                              "store-all: predicted and measured peak, recompute fraction")
+    common(p)
+    p.add_argument("-o", "--output", metavar="PLOT", help="draw the curve (needs matplotlib)")
+    p.add_argument("--points", metavar="N", type=int, default=8, help="budgets (default 8)")
+    p.add_argument("--json", metavar="FILE", help="write the rows as JSON")
+    p.set_defaults(func=remat_curve_main)
+
+
+def remat_curve_main(args, inputs_for=None) -> int:
+    """Run ``remat-curve``; `inputs_for(args, fn, binder)` loads or draws the inputs
+    (default: --inputs, else seeded random inputs)."""
+    from .cli_compile import compile_program
+    from .cli_inputs import DimBinder, check_inputs, load_data, random_inputs
+    from .remat.curve import format_curve, plot_curve, remat_curve
+    comp = compile_program(args.file, "reverse", args.fn, args.wrt,
+                           bind=getattr(args, "bind", None) or None)
+    binder = DimBinder(getattr(args, "bind", None) or {})
+    if inputs_for is not None:
+        inputs = inputs_for(args, comp.run_fn, binder)
+    elif getattr(args, "inputs", None):
+        inputs = check_inputs(comp.run_fn, load_data(args.inputs), args.inputs, binder)
+    else:
+        inputs, _ = random_inputs(comp.run_fn, binder, getattr(args, "seed", 0))
+    rows = remat_curve(comp.module, comp.run_name, binder.env, inputs, points=args.points)
+    print(format_curve(rows))
+    if getattr(args, "json", None):
+        write_stats_json(args.json, {"rows": rows})
+    if args.output:
+        if plot_curve(rows, args.output, f"{args.file} ({comp.run_name})"):
+            print(f"wrote {args.output}")
+        else:
+            print("adc: matplotlib is not installed; no plot drawn "
+                  "(pip install matplotlib)", file=sys.stderr)
+    return 0

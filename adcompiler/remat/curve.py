@@ -1,0 +1,73 @@
+"""The memory / recomputation trade-off: budgets swept from min-memory to store-all."""
+from __future__ import annotations
+
+from typing import Mapping
+
+from ..ir.core import Module
+from ..memory.sizes import format_bytes
+from .explain import remat_stats
+from .policy import Policy
+from .schedule import schedule
+
+
+def remat_curve(module: Module, fn: str, dims: Mapping[str, int], inputs: dict | None = None,
+                points: int = 8, xp=None) -> list[dict]:
+    """One row per budget: budget, predicted and (with `inputs`) measured peak, recompute
+    fraction, recomputed FLOPs. `module` is the output of ``reverse``; `fn` its adjoint."""
+    lo = schedule(module, "min-memory", fn, dims)
+    hi = remat_stats(module, schedule(module, "none", fn, dims), dims)["peak_bytes_store_all"]
+    floor = remat_stats(module, lo, dims)["peak_bytes_predicted"]
+    budgets = sorted({floor + (hi - floor) * k // max(points - 1, 1) for k in range(points)})
+    rows = []
+    for budget in budgets:
+        sched = schedule(module, Policy("budget", budget=budget), fn, dims)
+        stats = remat_stats(module, sched, dims)
+        row = {"budget": budget, "peak_bytes_predicted": stats["peak_bytes_predicted"],
+               "peak_bytes_measured": None,
+               "recompute_fraction": stats["recompute_fraction"],
+               "recompute_flops": stats["recompute_flops"]}
+        if inputs is not None:
+            from adc_runtime.executor import run_function
+            kw = {"xp": xp} if xp is not None else {}
+            _, run_stats = run_function(sched.module, fn, inputs, dims=dims, **kw)
+            row["peak_bytes_measured"] = run_stats["peak_bytes"]
+        rows.append(row)
+    return rows
+
+
+def format_curve(rows: list[dict]) -> str:
+    head = f"{'budget':>14} {'predicted peak':>16} {'measured peak':>16} {'recompute':>10}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        meas = "-" if r["peak_bytes_measured"] is None else f"{r['peak_bytes_measured']:,}"
+        lines.append(f"{r['budget']:>14,} {r['peak_bytes_predicted']:>16,} {meas:>16} "
+                     f"{r['recompute_fraction']:>9.2f}x")
+    lines.append(f"(bytes; recompute = recomputed FLOPs / forward FLOPs; "
+                 f"from {format_bytes(rows[0]['budget'])} to {format_bytes(rows[-1]['budget'])})")
+    return "\n".join(lines)
+
+
+def plot_curve(rows: list[dict], path: str, title: str = "") -> bool:
+    """Draw recompute fraction against peak memory into `path`; False without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(6, 4))
+    xs = [r["peak_bytes_predicted"] / 2**20 for r in rows]
+    ax.plot(xs, [r["recompute_fraction"] for r in rows], "o-", label="predicted peak")
+    meas = [(r["peak_bytes_measured"] / 2**20, r["recompute_fraction"]) for r in rows
+            if r["peak_bytes_measured"] is not None]
+    if meas:
+        ax.plot(*zip(*meas), "x", label="measured peak")
+    ax.set_xlabel("peak live memory (MiB)")
+    ax.set_ylabel("recomputed FLOPs / forward FLOPs")
+    ax.set_title(title or "remat trade-off")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True

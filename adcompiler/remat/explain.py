@@ -1,0 +1,138 @@
+"""What a schedule stores and recomputes, and what it costs: the stats dict and its text.
+
+Keys of `remat_stats` (also written by ``--stats-json``): ``policy``, ``function``,
+``peak_bytes_predicted``, ``peak_bytes_store_all`` (the peak under ``none``),
+``stored_bytes_peak`` and ``stored_bytes_peak_store_all`` (the peak of the bytes kept for the
+reverse sweep alone: residual stacks and checkpoints), ``forward_flops`` (the primal
+function), ``recompute_flops`` (ops marked ``recompute``), ``recompute_fraction``,
+``stored_values``, ``recomputed_values``, ``loops`` and ``notes``.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+from ..ir.core import Module, Value
+from ..memory.flops import block_flops, function_flops
+from ..memory.liveness import predict_peak
+from ..memory.sizes import format_bytes, value_bytes
+from .binomial import Leaf, Plan, advances, slots, tape_length
+from .loops import find_loop_pairs
+from .schedule import Schedule
+
+
+def _name(v: Value) -> str:
+    if v.name:
+        return v.name
+    op = v.defining_op
+    return f"{op.name} result" if op is not None else "value"
+
+
+def _loc(v: Value) -> str:
+    op = v.defining_op
+    return str(op.loc) if op is not None and op.loc is not None else ""
+
+
+def _checkpoint_steps(plan: Plan) -> list[int]:
+    if isinstance(plan, Leaf):
+        return []
+    return sorted({plan.m} | set(_checkpoint_steps(plan.right)) | set(_checkpoint_steps(plan.left)))
+
+
+def remat_stats(reversed_module: Module, sched: Schedule,
+                dims: Mapping[str, int] | None = None) -> dict:
+    """Stats of `sched` against storing everything (`reversed_module`, the input of remat)."""
+    dims = dict(dims or {})
+    fn = sched.fn
+    base_pairs = find_loop_pairs(reversed_module[fn])
+    base_stored = {p.fwd.results[k] for p in base_pairs for k in p.residual}
+    stored = {v for r in sched.rewrites for v in r.checkpoints + r.residual_stacks}
+    if not sched.rewrites:
+        stored = base_stored
+    now = predict_peak(sched.module, fn, dims, tracked=stored)
+    before = predict_peak(reversed_module, fn, dims, tracked=base_stored)
+    primal = reversed_module[fn].attrs.get("adjoint_of")
+    fwd = function_flops(reversed_module[primal], dims, reversed_module) if primal else 0
+    rec = function_flops(sched.module[fn], dims, sched.module, only_recompute=True)
+    stats = {
+        "policy": str(sched.policy), "function": fn,
+        "peak_bytes_predicted": now.peak_bytes, "peak_bytes_store_all": before.peak_bytes,
+        "stored_bytes_peak": now.tracked_peak, "stored_bytes_peak_store_all": before.tracked_peak,
+        "forward_flops": fwd, "recompute_flops": rec,
+        "recompute_fraction": rec / fwd if fwd else 0.0,
+        "stored_values": [], "recomputed_values": [], "loops": [], "notes": list(sched.notes),
+    }
+    for pair, plan in zip(base_pairs, sched.plans or [None] * len(base_pairs)):
+        _explain_loop(stats, pair, plan, dims, reversed_module)
+    if not base_pairs:
+        stats["notes"].append("no loop with a static trip count feeds the reverse sweep; "
+                              "straight-line values are stored")
+    return stats
+
+
+def _explain_loop(stats: dict, pair, plan: Plan | None, dims, module: Module) -> None:
+    n, body = pair.n, pair.fwd.regions[0]
+    nc = pair.fwd.attrs["n_carry"]
+    yields = body.ops[-1].operands
+    where = str(pair.fwd.loc) if pair.fwd.loc else "loop"
+    steps = advances(plan) if plan is not None else 0
+    L = tape_length(plan) if plan is not None else n
+    step_flops = block_flops(body, dims, module)
+    ckpts = _checkpoint_steps(plan) if plan is not None else []
+    stats["loops"].append({"loc": where, "steps": n, "slots": slots(plan) if plan else n,
+                           "tape_steps": L, "checkpoint_steps": ckpts,
+                           "recomputed_steps": steps, "step_flops": step_flops})
+    held = max(slots(plan) - 1, 1) if ckpts else 0
+    for v in body.args[1:1 + nc] if ckpts else ():
+        stats["stored_values"].append({
+            "name": _name(v), "type": str(v.type), "loc": where, "kind": "checkpoint",
+            "count": held, "bytes": value_bytes(v, dims) * held,
+            "why": f"the loop state taken at steps {_short(ckpts)}, at most {held} held at "
+                   f"once besides the initial state: recomputations start from them"})
+    for k in pair.residual:
+        v = yields[k]
+        one = value_bytes(v, dims)
+        stats["stored_values"].append({
+            "name": _name(v), "type": str(v.type), "loc": _loc(v) or where, "kind": "residual",
+            "count": L, "bytes": one * L,
+            "why": (f"read by the reverse loop; recorded {L} step(s) at a time, right before "
+                    f"their reverse" if L < n else
+                    f"read by the reverse loop; stored for all {n} steps")})
+        if steps:
+            stats["recomputed_values"].append({
+                "name": _name(v), "type": str(v.type), "loc": _loc(v) or where,
+                "steps": steps, "flops": 0,
+                "why": f"storing it for all {n} steps would take {format_bytes(one * n)}; "
+                       f"recomputed from the nearest checkpoint instead"})
+    if steps and stats["recomputed_values"]:
+        stats["recomputed_values"][-1]["flops"] = steps * step_flops
+
+
+def _short(xs: list[int]) -> str:
+    return ", ".join(map(str, xs)) if len(xs) <= 8 else \
+        ", ".join(map(str, xs[:6])) + f", ... ({len(xs)} in all)"
+
+
+def format_stats(stats: dict) -> str:
+    """The readable report printed by ``adc compile --remat``."""
+    p, s = stats["peak_bytes_predicted"], stats["peak_bytes_store_all"]
+    lines = [f"remat {stats['policy']} on @{stats['function']}",
+             f"  predicted peak:     {p:>14,} bytes ({format_bytes(p)})",
+             f"  peak under none:    {s:>14,} bytes ({format_bytes(s)})"
+             + (f", {p / s:.1%} of it" if s else ""),
+             f"  stored for reverse: {stats['stored_bytes_peak']:>14,} bytes at most "
+             f"(none: {stats['stored_bytes_peak_store_all']:,})",
+             f"  recomputed FLOPs:   {stats['recompute_flops']:>14,} "
+             f"({stats['recompute_fraction']:.2f} of a forward pass of "
+             f"{stats['forward_flops']:,} FLOPs)"]
+    for lp in stats["loops"]:
+        lines.append(f"  loop at {lp['loc']}: {lp['steps']} steps, {lp['slots']} checkpoint "
+                     f"slot(s), tape of {lp['tape_steps']} step(s), "
+                     f"{lp['recomputed_steps']} steps recomputed")
+    for v in stats["stored_values"]:
+        lines.append(f"    stored     {v['name']}: {v['type']} x{v['count']} "
+                     f"({format_bytes(v['bytes'])}) - {v['why']}")
+    for v in stats["recomputed_values"]:
+        lines.append(f"    recomputed {v['name']}: {v['type']} in {v['steps']} steps - {v['why']}")
+    for note in stats["notes"]:
+        lines.append(f"  note: {note}")
+    return "\n".join(lines)
