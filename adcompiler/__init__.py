@@ -59,10 +59,15 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "DCE": ("adcompiler.passes.dce", "DCE"),
     "Activity": ("adcompiler.passes.activity", "Activity"),
     "Reverse": ("adcompiler.passes.reverse", "Reverse"),
+    "Forward": ("adcompiler.passes.forward", "Forward"),
+    "HVP": ("adcompiler.passes.hvp", "HVP"),
+    "Remat": ("adcompiler.passes.remat", "Remat"),
     # running
     "run": ("adcompiler.api", "run"),
-    # convenience layer (jvp arrives with forward mode)
+    # convenience layer
     "grad": ("adcompiler.api", "grad"),
+    "jvp": ("adcompiler.api", "jvp"),
+    "hvp": ("adcompiler.api", "hvp"),
     "value_and_grad": ("adcompiler.api", "value_and_grad"),
     "vjp": ("adcompiler.api", "vjp"),
     "function": ("adcompiler.api", "function"),
@@ -102,7 +107,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # static view of the lazy names above, for type checkers and IDEs
-    from .api import (Compiled, FunctionBuilder, function, grad, load, parse_ir,
+    from .api import (Compiled, FunctionBuilder, function, grad, hvp, jvp, load, parse_ir,
                       parse_tdsl, run, tensor_type, value_and_grad, vjp)
     from .diagnostics import AdcError, Loc, ShapeError
     from .emit.dot import emit_dot
@@ -119,8 +124,11 @@ if TYPE_CHECKING:  # static view of the lazy names above, for type checkers and 
     from .passes.canonicalize import Canonicalize
     from .passes.cse import CSE
     from .passes.dce import DCE
+    from .passes.forward import Forward
+    from .passes.hvp import HVP
     from .passes.inline import Inline
     from .passes.pipeline import (FunctionPass, ModulePass, get_pass, parse_pipeline,
                                   pass_spec, register_pass, run_pipeline)
+    from .passes.remat import Remat
     from .passes.reverse import Reverse
     from .plugins import load_plugins, register_op

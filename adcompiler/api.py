@@ -4,11 +4,10 @@
     dW1, db1 = g(x=x, y=y, W1=W1, b1=b1, v=v, b3=b3)           # runs the adjoint program
 
 A program is given as a `Module`, TDSL or IR source text, or a path to a ``.tdsl``, ``.ir``
-or ``.adcir`` file. The callables returned by `function`, `grad`, `value_and_grad` and `vjp`
-are `Compiled` objects: they keep the compiled module (``.module``, for printing or
-emitting) and accept inputs by position (in the function's input order) or by name.
-
-Forward mode is not implemented yet, so there is no ``jvp``.
+or ``.adcir`` file. The callables returned by `function`, `grad`, `value_and_grad`, `vjp`,
+`jvp` and `hvp` are `Compiled` objects: they keep the compiled module (``.module``, for
+printing or emitting) and accept inputs by position (in the function's input order) or by
+name.
 """
 from __future__ import annotations
 
@@ -28,7 +27,7 @@ IR_SUFFIXES = (".ir", ".adcir")
 DEFAULT_PASSES = "inline,canonicalize,cse,dce"
 
 __all__ = ["parse_tdsl", "parse_ir", "load", "tensor_type", "FunctionBuilder", "run",
-           "function", "grad", "value_and_grad", "vjp", "Compiled"]
+           "function", "grad", "value_and_grad", "vjp", "jvp", "hvp", "Compiled"]
 
 
 # ---- loading --------------------------------------------------------------------------
@@ -289,6 +288,53 @@ def vjp(program: Source, fn: str | None = None, wrt: str | Sequence[str] | None 
             return _one_or_tuple(grads, single)
         return _one_or_tuple(outs, n == 1), pullback
     return Compiled(run_pipeline(module, passes), f.name, f.arg_names, finish, device, dims)
+
+
+def _second_order(pass_cls, program: Source, fn: str | None, wrt, passes: str, suffix: str):
+    """Run `pass_cls` (``jvp`` or ``hvp``) on `fn`, between the cleanup passes."""
+    from .passes.pipeline import parse_pipeline, run_pipeline
+    module, f = _primal(program, fn)
+    names, single = _wrt_names(f, wrt)
+    pipeline = [*parse_pipeline(passes), pass_cls(wrt=tuple(names), fn=f.name),
+                *parse_pipeline(passes)]
+    out = run_pipeline(module, pipeline)
+    return out, out[f.name + suffix], f, names, single
+
+
+def jvp(program: Source, fn: str | None = None, wrt: str | Sequence[str] | None = None, *,
+        passes: str = DEFAULT_PASSES, device: str = "cpu",
+        dims: Mapping[str, int] | None = None) -> Compiled:
+    """A callable returning ``(value, tangent)``: the results and their directional
+    derivatives (forward mode, the ``jvp`` pass).
+
+    It takes `fn`'s inputs followed by one tangent per input of `wrt`, named ``t_<input>``
+    (see `Compiled.inputs`); each of value and tangent is one array for a single result,
+    else a tuple.
+    """
+    from .passes.forward import Forward
+    module, tfn, f, _, _ = _second_order(Forward, program, fn, wrt, passes, "_jvp")
+    n = len(f.result_types)
+
+    def finish(outs, _):
+        return _one_or_tuple(outs[:n], n == 1), _one_or_tuple(outs[n:], n == 1)
+    return Compiled(module, tfn.name, tfn.arg_names, finish, device, dims)
+
+
+def hvp(program: Source, fn: str | None = None, wrt: str | Sequence[str] | None = None, *,
+        passes: str = DEFAULT_PASSES, device: str = "cpu",
+        dims: Mapping[str, int] | None = None) -> Compiled:
+    """A callable returning Hessian-vector products (forward-over-reverse, the ``hvp``
+    pass), shaped like `grad`'s result.
+
+    It takes `fn`'s inputs followed by the direction: one tangent per input of `wrt`, named
+    ``t_<input>``. Non-scalar results are seeded with ones, as in `grad`.
+    """
+    from .passes.hvp import HVP
+    module, hfn, f, names, single = _second_order(HVP, program, fn, wrt, passes, "_hvp")
+
+    def finish(outs, _):  # outs: results, gradients, then the products
+        return _one_or_tuple(outs[len(outs) - len(names):], single)
+    return Compiled(module, hfn.name, hfn.arg_names, finish, device, dims)
 
 
 def _seeded(module: Module, f: Function) -> tuple[Module, list[str]]:

@@ -26,8 +26,8 @@ A, B = np.array([1.0, -2.0, 0.5]), np.array([3.0, 0.25, -1.0])
 def test_every_public_name_resolves():
     for name in adc.__all__:
         assert getattr(adc, name) is not None, name
-    assert "jvp" not in adc.__all__ and not hasattr(adc, "jvp")  # no forward mode yet
-    for cls in ("Inline", "Canonicalize", "CSE", "DCE", "Activity", "Reverse"):
+    for cls in ("Inline", "Canonicalize", "CSE", "DCE", "Activity", "Reverse", "Forward",
+                "HVP", "Remat"):
         assert adc.get_pass(adc.pass_spec(getattr(adc, cls)())) is getattr(adc, cls)
     with pytest.raises(AttributeError):
         adc.NoSuchPass
@@ -161,3 +161,18 @@ def test_run_pipeline_on_the_sample_and_emitters():
     src = adc.emit_python(adjoint, "backprop_tiny_grad")
     compile(src, "emitted.py", "exec")
     assert adc.emit_dot(adjoint, "backprop_tiny_grad").startswith("digraph")
+
+
+def test_jvp_and_hvp():
+    src = "def f(param a: f64[3], b: f64[3]) -> f64 {\n  return sum(a * a * a * b)\n}\n"
+    j = adc.jvp(src, wrt="a")
+    assert j.inputs == ["a", "b", "t_a"]
+    direction = np.array([1.0, 0.5, -2.0])
+    value, tangent = j(A, B, direction)
+    assert value == pytest.approx(np.sum(A ** 3 * B))
+    assert tangent == pytest.approx(np.sum(3 * A * A * B * direction))
+    h = adc.hvp(src, wrt=("a", "b"))
+    assert h.inputs == ["a", "b", "t_a", "t_b"]
+    ha, hb = h(A, B, t_a=direction, t_b=np.zeros(3))
+    np.testing.assert_allclose(ha, 6 * A * B * direction)   # d2f/da2 t_a
+    np.testing.assert_allclose(hb, 3 * A * A * direction)   # d2f/db da t_a
