@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..diagnostics import ShapeError
 from ..ir.types import TensorType, broadcast_shapes, join_dtypes
-from .registry import Option, register
+from .registry import Option, register, set_jvp
 
 
 # ---- matmul ---------------------------------------------------------------------------
@@ -152,3 +152,32 @@ def _einsum_vjp(b, op, cts):
 
 register("einsum", _einsum, operands=("*operands",), options=(Option("spec", "str"),),
          positional=("spec", "*operands"), vjp=_einsum_vjp)
+
+
+# ---- JVP rules ------------------------------------------------------------------------
+# transpose is linear: the forward driver applies it to the tangent. matmul and einsum are
+# multilinear: the tangent is the sum, over operands with a tangent, of the op with that
+# operand replaced by its tangent (the product rule).
+
+
+def _product_rule(b, op, tangents, emit):
+    out = None
+    for i, t in enumerate(tangents):
+        if t is None or not op.operands[i].type.is_float:
+            continue
+        args = list(op.operands)
+        args[i] = t
+        term = emit(args)
+        out = term if out is None else b.emit("add", out, term)
+    return [out]
+
+
+@set_jvp("matmul")
+def _matmul_jvp(b, op, tangents):
+    return _product_rule(b, op, tangents, lambda args: b.emit("matmul", *args))
+
+
+@set_jvp("einsum")
+def _einsum_jvp(b, op, tangents):
+    spec = op.attrs["spec"]
+    return _product_rule(b, op, tangents, lambda args: b.emit("einsum", *args, spec=spec))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..diagnostics import ShapeError
 from ..ir.types import TensorType, broadcast_shapes, join_dtypes, normalize_axis, num_elements
 from .create import dim_scalar
-from .registry import Option, register
+from .registry import Option, register, set_jvp
 
 AXIS = Option("axis", "int", -1)
 
@@ -301,3 +301,131 @@ def _cast_vjp(b, op, cts):
 
 register("cast", lambda types, attrs: types[0].with_dtype(attrs["dtype"]),
          options=(Option("dtype", "dtype"),), vjp=_cast_vjp)
+
+
+# ---- JVP rules ------------------------------------------------------------------------
+# take and take_grad are linear in their float operand (the forward driver applies them to
+# the tangent); one_hot and stop_gradient have zero derivative. The others push the
+# tangents through the same local derivatives as their VJP rules.
+
+
+def _tangent(v, t):
+    return t if t is not None and v.type.is_float else None
+
+
+def _add_all(b, parts):
+    out = None
+    for p in parts:
+        if p is not None:
+            out = p if out is None else b.emit("add", out, p)
+    return out
+
+
+@set_jvp("softmax")
+def _softmax_jvp(b, op, tangents):
+    # the Jacobian diag(y) - y y^T is symmetric: the VJP rule gives the JVP
+    return [None] if tangents[0] is None else _softmax_vjp(b, op, tangents)
+
+
+@set_jvp("log_softmax")
+def _log_softmax_jvp(b, op, tangents):
+    t = tangents[0]
+    if t is None:
+        return [None]
+    p = b.emit("exp", op.result)
+    s = b.emit("sum", b.emit("mul", p, t), axis=op.attrs["axis"], keepdims=True)
+    return [b.emit("sub", t, s)]
+
+
+@set_jvp("cross_entropy")
+def _cross_entropy_jvp(b, op, tangents):
+    z, y = op.operands
+    tz, ty = _tangent(z, tangents[0]), _tangent(y, tangents[1])
+    axis = normalize_axis(op.attrs["axis"], z.type.rank)
+    parts = []
+    if not y.type.is_float:
+        if tz is not None:
+            onehot = b.emit("one_hot", y, n=z.type.shape[axis], dtype=z.type.dtype)
+            gz = b.emit("sub", b.emit("softmax", z, axis=axis), move_last_to(b, onehot, axis))
+            parts.append(b.emit("mul", gz, tz))
+    else:
+        ls = b.emit("log_softmax", z, axis=axis)
+        if tz is not None:
+            mass = b.emit("sum", y, axis=axis, keepdims=True)
+            gz = b.emit("sub", b.emit("mul", b.emit("exp", ls), mass), y)
+            parts.append(b.emit("mul", gz, tz))
+        if ty is not None:
+            parts.append(b.emit("mul", b.emit("neg", ls), ty))
+    total = _add_all(b, parts)
+    return [None if total is None else b.emit("sum", total, axis=axis)]
+
+
+@set_jvp("bce")
+def _bce_jvp(b, op, tangents):
+    p, y = op.operands
+    tp, ty = _tangent(p, tangents[0]), _tangent(y, tangents[1])
+    parts = []
+    if tp is not None:
+        one_minus_p = b.emit("sub", b.const(1.0, p.type.dtype), p)
+        parts.append(b.emit("div", b.emit("mul", tp, b.emit("sub", p, y)),
+                            b.emit("mul", p, one_minus_p)))
+    if ty is not None:
+        parts.append(b.emit("mul", ty, b.emit("sub", b.emit("log1p", b.emit("neg", p)),
+                                              b.emit("log", p))))
+    return [_add_all(b, parts)]
+
+
+@set_jvp("bce_with_logits")
+def _bce_with_logits_jvp(b, op, tangents):
+    z, y = op.operands
+    tz, ty = _tangent(z, tangents[0]), _tangent(y, tangents[1])
+    return [_add_all(b, [
+        b.emit("mul", tz, b.emit("sub", b.emit("sigmoid", z), y)) if tz is not None else None,
+        b.emit("mul", ty, b.emit("neg", z)) if ty is not None else None])]
+
+
+@set_jvp("mse")
+def _mse_jvp(b, op, tangents):
+    x, y = op.operands
+    tx, ty = _tangent(x, tangents[0]), _tangent(y, tangents[1])
+    if tx is None and ty is None:
+        return [None]
+    dt = tx if ty is None else b.emit("neg", ty) if tx is None else b.emit("sub", tx, ty)
+    d = b.emit("sub", x, y)
+    size = dim_scalar(b, num_elements(d.type.shape), d.type.dtype)
+    total = b.emit("sum", b.emit("mul", d, dt))
+    return [b.emit("div", b.emit("mul", total, b.const(2.0, d.type.dtype)), size)]
+
+
+@set_jvp("layernorm")
+def _layernorm_jvp(b, op, tangents):
+    """y = xhat * gamma + beta with dxhat = rstd * (dx - mean(dx) - xhat * mean(xhat dx))."""
+    x, gamma, beta = op.operands
+    tx, tg, tb = (_tangent(v, t) for v, t in zip(op.operands, tangents))
+    axis, dtype = normalize_axis(op.attrs["axis"], x.type.rank), x.type.dtype
+
+    def mean(v):
+        return b.emit("mean", v, axis=axis, keepdims=True)
+
+    xc = b.emit("sub", x, mean(x))
+    rstd = b.emit("rsqrt", b.emit("add", mean(b.emit("mul", xc, xc)),
+                                  b.const(float(op.attrs["eps"]), dtype)))
+    xhat = b.emit("mul", xc, rstd)
+    parts = []
+    if tx is not None:
+        proj = b.emit("mul", xhat, mean(b.emit("mul", xhat, tx)))
+        dxhat = b.emit("mul", rstd, b.emit("sub", b.emit("sub", tx, mean(tx)), proj))
+        parts.append(b.emit("mul", dxhat, _placed(b, gamma, x, axis)))
+    if tg is not None:
+        parts.append(b.emit("mul", xhat, _placed(b, tg, x, axis)))
+    if tb is not None:
+        parts.append(_placed(b, tb, x, axis))
+    return [_add_all(b, parts)]
+
+
+@set_jvp("cast")
+def _cast_jvp(b, op, tangents):
+    x, t = op.operands[0], tangents[0]
+    if t is None or not (x.type.is_float and op.result.type.is_float):
+        return [None]  # to or from integers: the derivative is zero
+    return [b.emit("cast", t, dtype=op.result.type.dtype)]
