@@ -134,9 +134,12 @@ def _note(msg: str) -> None:
 
 def _inputs(args, fn, binder) -> dict:
     """Load and check --inputs, or draw seeded random ones (and say so)."""
-    from .cli_inputs import check_inputs, load_data, random_inputs, require_bound
+    from .cli_inputs import (check_index_ranges, check_inputs, load_data, random_inputs,
+                             require_bound)
     if args.inputs:
         inputs = check_inputs(fn, load_data(args.inputs), args.inputs, binder)
+        require_bound(fn, binder)
+        check_index_ranges(fn, inputs, binder.env, args.inputs)
     else:
         inputs, dims = random_inputs(fn, binder, args.seed)
         extra = f"; unbound dimensions set to {', '.join(dims)}" if dims else ""

@@ -145,8 +145,9 @@ def require_bound(fn: Function, binder: DimBinder) -> None:
             raise AdcError(f"dimension {sym} is not bound by any input; pass --bind {sym}=SIZE")
 
 
-def _int_ranges(fn: Function, env: Mapping[str, int]) -> dict[str, int]:
-    """Exclusive upper bounds for integer inputs used as class labels or gather indices."""
+def _int_ranges(fn: Function, env: Mapping[str, int],
+                ops=("cross_entropy", "take", "one_hot")) -> dict[str, int]:
+    """Exclusive upper bounds for integer inputs used by `ops` as class labels or indices."""
     def size(v, axis):
         shape = v.type.shape
         return resolve_dim(shape[axis % len(shape)], env) if shape else None
@@ -156,6 +157,8 @@ def _int_ranges(fn: Function, env: Mapping[str, int]) -> dict[str, int]:
     op: Op
     for op in fn.walk():
         found = None
+        if op.name not in ops:
+            continue
         if op.name == "cross_entropy" and len(op.operands) > 1 and op.operands[1] in args:
             found = op.operands[1], size(op.operands[0], op.attrs.get("axis", -1))
         elif op.name == "take" and len(op.operands) > 1 and op.operands[1] in args:
@@ -166,6 +169,16 @@ def _int_ranges(fn: Function, env: Mapping[str, int]) -> dict[str, int]:
             name = args[found[0]]
             high[name] = min(high.get(name, found[1]), found[1])
     return high
+
+
+def check_index_ranges(fn: Function, inputs: dict, env: Mapping[str, int], path: str) -> None:
+    """Integer class labels of cross_entropy must lie in [0, n); NumPy would read a wrong
+    element or fail deep in a kernel. (Gather indices may be negative, as in NumPy.)"""
+    for name, high in _int_ranges(fn, env, ("cross_entropy",)).items():
+        a = inputs[name]
+        if a.size and (a.min() < 0 or a.max() >= high):
+            raise AdcError(f"{path}: input '{name}' holds class labels outside [0, {high}) "
+                           f"(found {a.min()} to {a.max()})")
 
 
 def random_inputs(fn: Function, binder: DimBinder, seed: int) -> tuple[dict, list[str]]:

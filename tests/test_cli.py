@@ -245,6 +245,15 @@ def test_integer_input_rejects_fractions_and_floats(capsys, tmp_path):
     assert code == 1 and "input 'labels' is declared i64[B] but the data is float32" in err
 
 
+def test_labels_out_of_range(capsys, tmp_path):
+    data = json.loads((SAMPLES / "mlp.json").read_text())
+    data["labels"] = [0, 1, 2, 3, 0, 1]
+    path = write(tmp_path / "m.json", json.dumps(data))
+    code, _, err = run_main(capsys, "run", MLP, "--inputs", path)
+    assert code == 1
+    assert f"{path}: input 'labels' holds class labels outside [0, 3) (found 0 to 3)" in err
+
+
 def test_invalid_json_is_located(capsys, tmp_path):
     path = write(tmp_path / "bad.json", '{\n  "x": [1.0, 0.5],\n  "y": 1.0,,\n}\n')
     code, _, err = run_main(capsys, "run", TINY, "--inputs", path)
