@@ -12,7 +12,7 @@ from adcompiler.passes.pipeline import run_pipeline
 from adcompiler.remat.explain import format_stats, remat_stats
 from adcompiler.remat.schedule import schedule
 from adc_runtime.executor import run_function
-from remat_programs import adjoint, mlp_inputs, nested, residual_mlp, scan_with_outputs
+from test_remat_programs import adjoint, mlp_inputs, nested, residual_mlp, scan_with_outputs
 
 POLICIES = ["sqrt", "revolve:1", "revolve:2", "revolve:3", "min-memory"]
 
