@@ -13,6 +13,8 @@ import traceback
 
 import numpy as np
 
+from .cli_remat import (add_remat_arguments, add_remat_curve_command, apply_remat, report,
+                        write_stats_json)
 from .diagnostics import AdcError, render
 
 EPILOG = "Run 'adc COMMAND --help' for the options of each command."
@@ -79,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the IR after every pass to stderr")
     c.add_argument("--dtype", choices=("f16", "f32", "f64"),
                    help="make every float in the program this type")
+    add_remat_arguments(c)
     c.set_defaults(func=cmd_compile, parser=c)
 
     r = sub.add_parser("run", help="run a program and print its results and gradients",
@@ -93,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where to run: cpu (NumPy, default) or cuda (CuPy)")
     r.add_argument("--out", metavar="OUT.npz",
                    help="write results (out or out0, out1, ...) and gradients (grad_<input>)")
+    add_remat_arguments(r)
     r.set_defaults(func=cmd_run, parser=r)
 
     k = sub.add_parser("check", help="check reverse-mode gradients by finite differences",
@@ -108,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="probe at most N seeded random elements of each input (0: all; "
                         "default 200)")
     k.set_defaults(func=cmd_check, parser=k)
+    add_remat_curve_command(sub, _common)
     return parser
 
 
@@ -151,10 +156,14 @@ def _inputs(args, fn, binder) -> dict:
 def cmd_compile(args) -> int:
     from .cli_compile import compile_program
     from .cli_output import save_text
+    _check_remat_mode(args)
     comp = compile_program(args.file, args.mode, args.fn, args.wrt, args.pipeline,
                            args.dtype, _binds(args), args.print_ir_after_all)
     for n in comp.notes:
         _note(n)
+    stats = _remat(args, comp, _binds(args))
+    if stats is not None and args.stats_json:
+        write_stats_json(args.stats_json, stats)
     if args.emit == "ir":
         from .ir.printer import print_module
         text = print_module(comp.module)
@@ -169,6 +178,24 @@ def cmd_compile(args) -> int:
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return 0
+
+
+def _check_remat_mode(args) -> None:
+    if args.mode != "reverse" and (args.remat != "none" or args.stats_json):
+        raise AdcError("--remat and --stats-json apply to --mode reverse")
+
+
+def _remat(args, comp, dims: dict) -> dict | None:
+    """Schedule the adjoint program under ``--remat`` (in place in `comp`); returns the
+    schedule's stats, or None when neither --remat nor --stats-json asks for one."""
+    if args.remat == "none" and not args.stats_json:
+        return None
+    comp.module, stats, notes = apply_remat(comp.module, comp.run_name, args.remat, dims)
+    for n in notes:
+        _note(n)
+    if args.remat != "none":
+        report(stats)
+    return stats
 
 
 def select_device(name: str):
@@ -193,12 +220,16 @@ def cmd_run(args) -> int:
     from .cli_output import save_npz
     from .cli_table import summary
     xp = select_device(args.device)
+    _check_remat_mode(args)
     comp = compile_program(args.file, args.mode, args.fn, args.wrt, dtype=args.dtype)
     for n in comp.notes:
         _note(n)
     binder = DimBinder(_binds(args))
     inputs = _inputs(args, comp.run_fn, binder)
+    remat_stats = _remat(args, comp, binder.env)
     outs, stats = run_function(comp.module, comp.run_name, inputs, xp=xp, dims=binder.env)
+    if remat_stats is not None and args.stats_json:
+        write_stats_json(args.stats_json, remat_stats, stats["peak_bytes"])
     if xp is not np:
         outs = [xp.asnumpy(o) for o in outs]
     named = list(zip(comp.output_names(), [np.asarray(o) for o in outs]))
@@ -256,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.bind = _merge_binds(args.bind)
     except AdcError as e:
-        args.parser.error(e.message)  # the subcommand's usage line, exit 2
+        getattr(args, "parser", parser).error(e.message)  # the command's usage line, exit 2
     debug = args.debug
     try:
         return args.func(args)

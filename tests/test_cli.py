@@ -392,3 +392,26 @@ def test_multiple_results_are_numbered(capsys, tmp_path):
         assert sorted(z.files) == ["grad_x", "out0", "out1"]
         # ones-seeded: d/dx [sum(x * x) + sum(2 * x)] = 2 * x + 2 = out1 + 2
         np.testing.assert_allclose(z["grad_x"], z["out1"] + 2, rtol=1e-6)
+
+
+# ---- --remat and --stats-json (scheduling lives in adcompiler.remat) ---------------------
+
+def test_remat_keeps_gradients_bit_identical(capsys, tmp_path):
+    rnn, data = SAMPLES / "rnn.tdsl", SAMPLES / "rnn.json"
+    ref, out, stats = tmp_path / "ref.npz", tmp_path / "o.npz", tmp_path / "stats.json"
+    assert run_main(capsys, "run", rnn, "--inputs", data, "--out", ref)[0] == 0
+    code, _, err = run_main(capsys, "run", rnn, "--inputs", data, "--out", out, "--remat",
+                            "revolve:2", "--stats-json", stats)
+    assert code == 0, err
+    assert "remat revolve:2 on @rnn_grad" in err
+    with np.load(ref) as a, np.load(out) as b:
+        for k in a.files:
+            np.testing.assert_array_equal(a[k], b[k], k)
+    report = json.loads(stats.read_text())
+    assert report["policy"] == "revolve:2" and report["peak_bytes_measured"] > 0
+
+
+def test_remat_needs_reverse_mode(capsys):
+    code, _, err = run_main(capsys, "run", TINY, "--mode", "forward", "--remat", "sqrt")
+    assert code == 1 and "--remat and --stats-json apply to --mode reverse" in err
+    assert "random inputs" not in err

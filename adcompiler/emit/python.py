@@ -14,6 +14,7 @@ import os
 from ..ir.core import Block, Function, Module, Op
 from ..ir.types import NUMPY_DTYPE, dim_symbols
 from ..ops import registry
+from adc_runtime.executor import ANNOTATION_ATTRS
 from .names import Namer, dim_expr, sanitize
 
 RESERVED = {"np", "K", "dims"}
@@ -191,6 +192,8 @@ class _FunctionEmitter:
             raise NotImplementedError(f"the Python emitter does not know the op '{op.name}'")
         kwargs = []
         for k, v in op.attrs.items():
+            if k in ANNOTATION_ATTRS:
+                continue
             src = _attr_source(op, k, v, self.syms)
             kwargs.append(f"{k}={src}" if k.isidentifier() else f"**{{{k!r}: {src}}}")
         self.lines.append(f"{pad}{outs} = K[{op.name!r}]({', '.join(['np'] + args + kwargs)})")
