@@ -70,12 +70,13 @@ def _loop_sizes(pair: LoopPair, dims) -> int:
 
 
 def _leaves(n: int) -> list[int]:
-    """Tape lengths tried: a geometric ladder (ratio 1.5) and n/2, n/3, ... n/8 rounded up."""
+    """Tape lengths tried: a geometric ladder (ratio 1.5), n/2 ... n/8 rounded up, and
+    n - n/2 ... n - n/8 (fine steps near storing everything)."""
     leaves, L = set(), 1.0
     while L < n:
         leaves.add(int(L))
         L *= 1.5
-    leaves |= {-(-n // s) for s in (2, 3, 4, 6, 8)}
+    leaves |= {-(-n // s) for s in (2, 3, 4, 6, 8)} | {n - n // s for s in range(2, 9)}
     return sorted(x for x in leaves if 1 <= x < n)
 
 
