@@ -176,3 +176,18 @@ def test_jvp_and_hvp():
     ha, hb = h(A, B, t_a=direction, t_b=np.zeros(3))
     np.testing.assert_allclose(ha, 6 * A * B * direction)   # d2f/da2 t_a
     np.testing.assert_allclose(hb, 3 * A * A * direction)   # d2f/db da t_a
+
+
+@pytest.mark.cuda
+def test_device_cuda_matches_numpy():
+    cupy = pytest.importorskip("cupy")
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            pytest.skip("no CUDA GPU")
+    except Exception as e:  # no driver
+        pytest.skip(f"no CUDA GPU ({e})")
+    da_cpu, db_cpu = adc.grad(POLY, wrt=("a", "b"))(A, B, 0)
+    da, db = adc.grad(POLY, wrt=("a", "b"), device="cuda")(A, B, 0)
+    assert isinstance(da, cupy.ndarray)
+    np.testing.assert_allclose(cupy.asnumpy(da), da_cpu, rtol=1e-12)
+    np.testing.assert_allclose(cupy.asnumpy(db), db_cpu, rtol=1e-12)

@@ -94,7 +94,7 @@ def _loose(line: str) -> str:
 
 
 def _matches(expected: str, actual_lines: list[str]) -> bool:
-    pattern = re.compile(".*".join(re.escape(p) for p in _loose(expected).split("...")))
+    pattern = re.compile(".*".join(re.escape(p.strip()) for p in _loose(expected).split("...")))
     return any(pattern.search(a) for a in actual_lines)
 
 
