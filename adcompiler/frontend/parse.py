@@ -21,16 +21,12 @@ _parser: lark.Lark | None = None
 
 
 class _BracketNewlines:
-    """Post-lexer: drops newlines inside ( ) and [ ]; remembers the last real token."""
+    """Post-lexer: drops the newlines inside ( ) and [ ] (they do not end a statement)."""
 
     always_accept = ()
 
-    def __init__(self):
-        self.last: Token | None = None
-
     def process(self, stream):
         depth = 0
-        self.last = None
         for tok in stream:
             if tok.type == "_NL":
                 if depth == 0:
@@ -40,7 +36,6 @@ class _BracketNewlines:
                 depth += 1
             elif tok.type in ("RPAR", "RSQB"):
                 depth = max(depth - 1, 0)
-            self.last = tok
             yield tok
 
 
@@ -64,7 +59,7 @@ def parse(text: str, filename: str = "<input>") -> ast.Module:
     try:
         return parser.parse(text)
     except UnexpectedInput as e:
-        raise _syntax_error(e, parser, filename) from None
+        raise _syntax_error(e, parser, text, filename) from None
     except TreeError as e:
         raise AdcError(e.message, Loc(filename, e.span.line, e.span.col)) from None
 
@@ -142,7 +137,17 @@ def _acceptable(e: UnexpectedToken) -> set[str]:
         return set(e.expected or ())
 
 
-def _syntax_error(e: UnexpectedInput, parser: lark.Lark, filename: str) -> AdcError:
+def _end_loc(parser: lark.Lark, text: str, filename: str) -> Loc:
+    """Just after the last token: where an unexpected end of file is reported."""
+    last = None
+    for tok in parser.lex(text):
+        if tok.type != "_NL":
+            last = tok
+    return Loc(filename, last.end_line, last.end_column) if last else Loc(filename, 1, 1)
+
+
+def _syntax_error(e: UnexpectedInput, parser: lark.Lark, text: str,
+                  filename: str) -> AdcError:
     if isinstance(e, UnexpectedCharacters):
         ch = e.char
         if ch == '"':
@@ -156,8 +161,9 @@ def _syntax_error(e: UnexpectedInput, parser: lark.Lark, filename: str) -> AdcEr
         tok = e.token
         expected = _acceptable(e)
         if tok.type == "$END":
-            last = parser.options.postlex.last
-            loc = Loc(filename, last.end_line, last.end_column) if last else Loc(filename, 1, 1)
+            loc = _end_loc(parser, text, filename)
+            closers = expected & {"RBRACE", "RPAR", "RSQB"}
+            expected = closers or expected  # what is missing, rather than what may follow
         else:
             loc = Loc(filename, tok.line, tok.column)
         if tok.type in _COMPARISONS and "PLUS" in expected:
