@@ -24,6 +24,7 @@ import numpy as np
 
 from .ir.builder import Builder
 from .ir.core import Block, Function, Module
+from .passes.dce import DCE
 from .passes.forward import Forward, resolve_wrt
 from .passes.reverse import Reverse
 
@@ -62,7 +63,8 @@ def build_pullback(module: Module, fn_name: str, wrt: list[str]) -> tuple[Module
     name = f"{fn_name}_pullback"
     m = Module(dict(module.functions))
     m.add(Function(name, body, [total.type], params=set(wrt), loc=fn.loc))
-    return Reverse(wrt=tuple(wrt), fn=name)(m), ct_names
+    # DCE drops the cotangents the reverse sweep computes for constants (unused)
+    return DCE(fn=f"{name}_grad")(Reverse(wrt=tuple(wrt), fn=name)(m)), ct_names
 
 
 def choose_mode(n_in: int, n_out: int) -> tuple[str, str]:
