@@ -14,6 +14,7 @@ name; without ``--wrt``, the inputs it names are the differentiated ones. Withou
 """
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 
@@ -136,6 +137,8 @@ def run_main(args, inputs_for=None) -> int:
     from .cli_table import summary
     from .cli_inputs import load_data
     t_path = getattr(args, "tangents", None)
+    if t_path and not os.path.isfile(t_path):
+        raise AdcError(f"tangents file '{t_path}' does not exist")
     comp = compile_forward(args.file, args.mode, args.fn, args.wrt,
                            dtype=getattr(args, "dtype", None),
                            tangents=(t_path, list(load_data(t_path))) if t_path else None)

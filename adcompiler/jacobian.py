@@ -69,14 +69,15 @@ def build_pullback(module: Module, fn_name: str, wrt: list[str]) -> tuple[Module
 
 def choose_mode(n_in: int, n_out: int) -> tuple[str, str]:
     """``("forward" | "reverse", why)`` for `n_in` input and `n_out` output elements."""
+    def n(count, what):
+        return f"{count} {what}{'s' if count != 1 else ''}"
     if n_in <= n_out:
-        return "forward", (f"forward mode: {n_in} differentiated input element"
-                           f"{'s' if n_in != 1 else ''} <= {n_out} output element"
-                           f"{'s' if n_out != 1 else ''}, so {n_in} JVPs instead of "
-                           f"{n_out} VJPs")
-    return "reverse", (f"reverse mode: {n_out} output element{'s' if n_out != 1 else ''} < "
-                       f"{n_in} differentiated input elements, so {n_out} VJPs instead of "
-                       f"{n_in} JVPs")
+        return "forward", (f"forward mode: {n(n_in, 'differentiated input element')} <= "
+                           f"{n(n_out, 'output element')}, so {n(n_in, 'JVP')} instead of "
+                           f"{n(n_out, 'VJP')}")
+    return "reverse", (f"reverse mode: {n(n_out, 'output element')} < "
+                       f"{n(n_in, 'differentiated input element')}, so {n(n_out, 'VJP')} "
+                       f"instead of {n(n_in, 'JVP')}")
 
 
 @dataclass
