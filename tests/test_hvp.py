@@ -1,15 +1,20 @@
 """Hessian-vector products: forward-over-reverse against central differences of the
 gradient and against reverse-over-forward, on programs with loops, broadcasting, reductions
 and custom rules."""
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from gradcheck import run
+from adcompiler.cli_dtype import to_dtype
 from adcompiler.diagnostics import AdcError
-from adcompiler.frontend import compile_source
+from adcompiler.frontend import compile_file, compile_source
 from adcompiler.ir.parser import parse_module
 from adcompiler.ir.printer import print_module
 from adcompiler.ir.verifier import verify
+from adcompiler.passes.forward import Forward
 from adcompiler.passes.hvp import HVP, forward_over_reverse, reverse_over_forward
 
 RNG = np.random.default_rng(11)
@@ -121,3 +126,43 @@ def test_hvp_pass_with_check():
     # H = [[0, 2y], [2y, 2x]] (diagonal blocks)
     np.testing.assert_allclose(outs[3], 2 * y * ty)
     np.testing.assert_allclose(outs[4], 2 * y * tx + 2 * x * ty)
+
+
+SAMPLES = sorted(p.stem for p in (Path(__file__).parent.parent / "samples").glob("*.tdsl"))
+
+
+@pytest.mark.parametrize("sample", SAMPLES)
+def test_samples_in_float64(sample):
+    """On every sample: jvp against directional differences, hvp against differences of
+    the gradient, and both orders of composition against each other."""
+    root = Path(__file__).parent.parent / "samples"
+    m = compile_file(str(root / f"{sample}.tdsl"))
+    to_dtype(m, "f64")
+    fn = m.main
+    data = json.loads((root / f"{sample}.json").read_text())
+    inputs = {a.name: np.asarray(data[a.name], np.float64 if a.type.is_float else np.int64)
+              for a in fn.args}
+    wrt = [a for a in fn.arg_names if a in fn.params]
+    v = {w: RNG.standard_normal(np.shape(inputs[w])) for w in wrt}
+    tv = {f"t_{w}": v[w] for w in wrt}
+    n, eps = len(fn.result_types), 1e-6
+
+    def shifted(sign):
+        return {**inputs, **{w: inputs[w] + sign * eps * v[w] for w in wrt}}
+
+    jm = Forward(wrt=tuple(wrt), fn=fn.name)(m)
+    tangents = run(jm, f"{fn.name}_jvp", {**inputs, **tv})[n:]
+    for t, p, q in zip(tangents, run(m, fn.name, shifted(1)), run(m, fn.name, shifted(-1))):
+        fd = (p - q) / (2 * eps)
+        np.testing.assert_allclose(t, fd, rtol=1e-5, atol=1e-6 * max(1, np.max(np.abs(fd))))
+    hm = forward_over_reverse(m, fn.name, wrt)
+    rm = reverse_over_forward(m, fn.name, wrt)
+    hv = run(hm, f"{fn.name}_hvp", {**inputs, **tv})[n + len(wrt):]
+    rv = run(rm, f"{fn.name}_rof", {**inputs, **tv})[n:]
+    gp = run(hm, f"{fn.name}_grad", shifted(1))[n:]
+    gq = run(hm, f"{fn.name}_grad", shifted(-1))[n:]
+    for w, h, r, p, q in zip(wrt, hv, rv, gp, gq):
+        scale = max(1.0, float(np.max(np.abs(h))))
+        np.testing.assert_allclose(h, r, rtol=1e-9, atol=1e-12 * scale, err_msg=w)
+        np.testing.assert_allclose(h, (p - q) / (2 * eps), rtol=1e-4, atol=1e-5 * scale,
+                                   err_msg=w)
