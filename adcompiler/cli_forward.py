@@ -74,10 +74,11 @@ def compile_forward(path: str, mode: str, fn_name: str | None = None,
             if key not in fn.arg_names:
                 raise AdcError(f"{where}: tangent '{key}' is not an input of '{fn.name}' "
                                f"(inputs: {', '.join(fn.arg_names)})")
-            if not fn.arg(key).type.is_float:
-                raise AdcError(f"{where}: tangent '{key}' is for an input of type "
-                               f"{fn.arg(key).type}, which has no derivative")
-        wrt = list(names) or None
+        ints = [k for k in names if not fn.arg(k).type.is_float]
+        for key in ints:
+            notes.append(f"{where}: ignoring the tangent of '{key}', an input of type "
+                         f"{fn.arg(key).type} (integers have no derivative)")
+        wrt = [k for k in names if k not in ints] or None
     wrt = resolve_wrt(fn, wrt, notes)
     passes = DEFAULT_PASSES if passes is None else passes.strip()
     derive = f"{mode}{{wrt={','.join(wrt)} fn={fn.name}}}"
@@ -104,8 +105,10 @@ def load_tangents(comp: ForwardCompiled, path: str | None, binder, seed: int = 0
                   .astype(_np_dtype(t.dtype)) for w, t in zip(comp.wrt, types)}
     else:
         data = load_data(path)
-        for key in data:
-            if key not in comp.wrt:
+        for key in list(data):
+            if key in prim.arg_names and not prim.arg(key).type.is_float:
+                del data[key]     # integer inputs have no tangent (compile_forward notes it)
+            elif key not in comp.wrt:
                 what = "is not differentiated" if key in prim.arg_names else "is not an input"
                 raise AdcError(f"{path}: tangent '{key}' {what} (differentiated inputs: "
                                f"{', '.join(comp.wrt)})")

@@ -176,3 +176,15 @@ def test_emitted_python_matches_the_executor(sample, mode):
     assert len(got) == len(want) == len(comp.output_names())
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-14)
+
+
+def test_integer_input_tangents_are_ignored_with_a_note(tmp_path, capsys):
+    path = tmp_path / "c.tdsl"
+    path.write_text("def f(x: f64[2], n: i64[2]) -> f64 { return sum(x * x * n) }")
+    np.savez(tmp_path / "in.npz", x=np.array([1.0, 2.0]), n=np.array([3, 4]))
+    np.savez(tmp_path / "t.npz", x=np.array([1.0, -1.0]), n=np.array([0, 0]))
+    out = tmp_path / "out.npz"
+    run_main(args(file=str(path), inputs=str(tmp_path / "in.npz"),
+                  tangents=str(tmp_path / "t.npz"), out=str(out)))
+    assert np.load(out)["tangent_out"] == 2 * 1 * 3 - 2 * 2 * 4
+    assert "ignoring the tangent of 'n'" in capsys.readouterr().err
