@@ -1,4 +1,4 @@
-"""The ``adc`` command: ``adc compile``, ``adc run`` and ``adc check``.
+"""The ``adc`` command: ``adc compile``, ``run``, ``check``, ``jacobian`` and ``remat-curve``.
 
 Exit status: 0 success; 1 an error in the program, its data or a failed check (rendered as
 ``FILE:LINE:COL: error: MESSAGE`` with the source line and a caret); 2 a bad command line;
@@ -13,6 +13,8 @@ import traceback
 
 import numpy as np
 
+from .cli_forward import (FORWARD_MODES, add_jacobian_command, add_tangents_argument,
+                          check_forward, compile_forward, jacobian_main, run_main)
 from .cli_remat import (add_remat_arguments, add_remat_curve_command, apply_remat, report,
                         write_stats_json)
 from .diagnostics import AdcError, render
@@ -52,6 +54,9 @@ def _common(p: argparse.ArgumentParser, inputs: bool = True) -> None:
                             "floats ~ N(0, 1); integers in [0, n) where they feed "
                             "cross_entropy labels, take or one_hot (n = the class count), "
                             "else in [0, 2); bools uniform")
+    p.add_argument("--plugin", metavar="MODULE", action="append", default=[],
+                   help="import MODULE (or a .py file) first, to register its ops and "
+                        "passes (repeatable)")
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                    help="show Python tracebacks")
 
@@ -66,9 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compile", help="compile a program and emit IR, Python or DOT",
                        description="Compile FILE for a mode and write the resulting program.")
     _common(c, inputs=False)
-    c.add_argument("--mode", choices=("reverse", "forward"), default="reverse",
-                   help="reverse: add the adjoint program <fn>_grad; forward: values only "
-                        "(default reverse)")
+    c.add_argument("--mode", choices=("reverse", "forward") + FORWARD_MODES,
+                   default="reverse",
+                   help="reverse: add the adjoint program <fn>_grad; forward: values only; "
+                        "jvp: add the tangent program <fn>_jvp; hvp: add <fn>_hvp "
+                        "(forward over reverse) (default reverse)")
     c.add_argument("--emit", choices=("ir", "python", "dot"), default="ir",
                    help="ir: IR text; python: a standalone NumPy module; dot: a Graphviz "
                         "graph (default ir)")
@@ -88,21 +95,28 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run FILE on inputs and print a summary of the results "
                                    "and, in reverse mode, of the gradients.")
     _common(r)
-    r.add_argument("--mode", choices=("forward", "reverse"), default="reverse",
-                   help="forward: values only; reverse: values and gradients (default reverse)")
+    r.add_argument("--mode", choices=("forward", "reverse") + FORWARD_MODES,
+                   default="reverse",
+                   help="forward: values only; reverse: values and gradients; jvp: values "
+                        "and directional derivatives; hvp: gradients and Hessian-vector "
+                        "products (default reverse)")
     r.add_argument("--dtype", choices=("f16", "f32", "f64"),
                    help="make every float in the program this type, e.g. f64")
     r.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="where to run: cpu (NumPy, default) or cuda (CuPy)")
     r.add_argument("--out", metavar="OUT.npz",
                    help="write results (out or out0, out1, ...) and gradients (grad_<input>)")
+    add_tangents_argument(r)
     add_remat_arguments(r)
     r.set_defaults(func=cmd_run, parser=r)
 
-    k = sub.add_parser("check", help="check reverse-mode gradients by finite differences",
+    k = sub.add_parser("check", help="check derivatives by finite differences",
                        description="Compare reverse-mode gradients with central finite "
-                                   "differences in float64 on every differentiated input. "
-                                   "Non-scalar results are summed. Exit 1 on failure.")
+                                   "differences in float64 on every differentiated input "
+                                   "(non-scalar results are summed), forward mode with "
+                                   "directional differences, and the two with the "
+                                   "dot-product test <u, J v> = <J^T u, v>. Exit 1 on "
+                                   "failure.")
     _common(k)
     k.add_argument("--eps", type=float, default=1e-6, help="finite-difference step "
                    "(default 1e-6)")
@@ -112,6 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="probe at most N seeded random elements of each input (0: all; "
                         "default 200)")
     k.set_defaults(func=cmd_check, parser=k)
+    add_jacobian_command(sub, _common)
+    sub.choices["jacobian"].set_defaults(func=lambda a: jacobian_main(a, inputs_for=_inputs))
     add_remat_curve_command(sub, _common)
     return parser
 
@@ -157,8 +173,12 @@ def cmd_compile(args) -> int:
     from .cli_compile import compile_program
     from .cli_output import save_text
     _check_remat_mode(args)
-    comp = compile_program(args.file, args.mode, args.fn, args.wrt, args.pipeline,
-                           args.dtype, _binds(args), args.print_ir_after_all)
+    if args.mode in FORWARD_MODES:
+        comp = compile_forward(args.file, args.mode, args.fn, args.wrt, args.pipeline,
+                               args.dtype, _binds(args), args.print_ir_after_all)
+    else:
+        comp = compile_program(args.file, args.mode, args.fn, args.wrt, args.pipeline,
+                               args.dtype, _binds(args), args.print_ir_after_all)
     for n in comp.notes:
         _note(n)
     stats = _remat(args, comp, _binds(args))
@@ -221,7 +241,15 @@ def cmd_run(args) -> int:
     from .cli_table import summary
     xp = select_device(args.device)
     _check_remat_mode(args)
-    comp = compile_program(args.file, args.mode, args.fn, args.wrt, dtype=args.dtype)
+    if args.mode in FORWARD_MODES:
+        if xp is not np:
+            raise AdcError(f"--mode {args.mode} runs on --device cpu only")
+        return run_main(args, inputs_for=_inputs)
+    if args.tangents:
+        raise AdcError("--tangents applies to --mode jvp and hvp")
+    # remat schedules loops of a fixed trip count: let --bind fix symbolic ones first
+    comp = compile_program(args.file, args.mode, args.fn, args.wrt, dtype=args.dtype,
+                           bind=_binds(args) if args.remat != "none" else None)
     for n in comp.notes:
         _note(n)
     binder = DimBinder(_binds(args))
@@ -253,10 +281,26 @@ def cmd_check(args) -> int:
     inputs = _inputs(args, rev.run_fn, binder)
     rows = check_gradients(rev, fwd, inputs, binder.env, args.eps, args.rtol,
                            args.max_points, args.seed)
-    print(table(["input", "shape", "points", "max abs err", "max rel err", "status"],
+    try:
+        frows = {f.name: f for f in check_forward(fwd, inputs, rev.wrt, binder.env,
+                                                  args.eps, args.rtol, args.seed)}
+    except AdcError as e:  # e.g. a function with a grad rule and no tangent rule
+        _note(f"forward-mode columns skipped: {e.message}")
+        frows = {}
+
+    def fwd_cols(name):
+        f = frows.get(name)
+        return [f"{f.jvp_rel:.3g}", f"{f.dot_rel:.3g}"] if f else ["-", "-"]
+
+    def ok(r):
+        return r.ok and (r.name not in frows or frows[r.name].ok)
+
+    print(table(["input", "shape", "points", "max abs err", "max rel err", "fwd rel err",
+                 "dot rel err", "status"],
                 [[r.name, fmt_shape(r.shape), str(r.points), f"{r.max_abs:.3g}",
-                  f"{r.max_rel:.3g}", "ok" if r.ok else "FAIL"] for r in rows]))
-    failed = [r.name for r in rows if not r.ok]
+                  f"{r.max_rel:.3g}", *fwd_cols(r.name), "ok" if ok(r) else "FAIL"]
+                 for r in rows]))
+    failed = [r.name for r in rows if not ok(r)]
     if failed:
         print(f"\ngradient check FAILED for {', '.join(failed)} (rtol {args.rtol:g}, "
               f"eps {args.eps:g})")
@@ -290,6 +334,9 @@ def main(argv: list[str] | None = None) -> int:
         getattr(args, "parser", parser).error(e.message)  # the command's usage line, exit 2
     debug = args.debug
     try:
+        if getattr(args, "plugin", None):
+            from .plugins import load_plugins
+            load_plugins(args.plugin)
         return args.func(args)
     except AdcError as e:
         print(_render(e), file=sys.stderr)
