@@ -158,9 +158,9 @@ def join_dtypes(*dtypes: str) -> str:
 
 
 def normalize_axis(axis: int, rank: int) -> int:
-    if not -rank <= axis < max(rank, 1):
+    if not -rank <= axis < rank:
         raise ShapeError(f"axis {axis} is out of range for a tensor of rank {rank}")
-    return axis % rank if rank else 0
+    return axis % rank
 
 
 def nbytes(t: TensorType, env: Mapping[str, int]) -> int:

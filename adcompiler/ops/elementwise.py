@@ -177,6 +177,8 @@ def _binary_vjp(da, db):
 
 def _pow_db(b, a, bb, y, g):
     # log(a) read as 0 at a == 0, so 0**b contributes nothing to d/db (and no NaN)
+    if not a.type.is_float:  # an integer base: its log is taken in the result's dtype
+        a = b.emit("cast", a, dtype=y.type.dtype)
     safe = b.emit("where", b.emit("eq", a, _c(b, 0.0, a)), _c(b, 1.0, a), a)
     return b.emit("mul", g, b.emit("mul", y, b.emit("log", safe)))
 

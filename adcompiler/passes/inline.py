@@ -16,8 +16,8 @@ from .clone import clone_function, clone_op
 from .pipeline import FunctionPass, register_pass
 
 
-def has_custom_rule(module: Module, name: str) -> bool:
-    return module.rule_for(name, "grad") is not None or module.rule_for(name, "tangent") is not None
+def has_custom_rule(module: Module, name: str, kinds=("grad", "tangent")) -> bool:
+    return any(module.rule_for(name, kind) is not None for kind in kinds)
 
 
 def callees(fn: Function) -> list[str]:
@@ -34,13 +34,16 @@ def callees(fn: Function) -> list[str]:
 class Inline(FunctionPass):
     """Inline calls in every function (or in `fn`).
 
-    `keep_custom`: keep calls to functions that have a custom derivative rule.
+    `keep_custom`: keep calls to functions that have a custom derivative rule of one of the
+    kinds in `rules` (reverse mode keeps only ``grad``: it differentiates the body of a
+    function that has only a ``tangent`` rule).
     `prune`: afterwards drop functions no longer called from the entry (`fn`, else the
     module's main function); rule functions and the functions they belong to are kept.
     """
 
     keep_custom: bool = True
     prune: bool = False
+    rules: tuple[str, ...] = ("grad", "tangent")
 
     def run(self, module: Module) -> Module:
         flat: dict[str, Function] = {}
@@ -51,8 +54,8 @@ class Inline(FunctionPass):
         return module
 
     def _should_inline(self, op: Op, module: Module) -> bool:
-        return op.name == "call" and not (self.keep_custom and
-                                          has_custom_rule(module, op.attrs["callee"]))
+        return op.name == "call" and not (
+            self.keep_custom and has_custom_rule(module, op.attrs["callee"], self.rules))
 
     def _flat(self, name: str, module: Module, flat: dict[str, Function],
               stack: tuple[str, ...]) -> Function:

@@ -267,7 +267,7 @@ class Reverse:
 
     def __call__(self, module: Module) -> Module:
         fn_name = self.fn or module.main.name
-        m = Inline(fn=fn_name)(module)
+        m = Inline(fn=fn_name, rules=("grad",))(module)
         fn = m[fn_name]
         wrt = list(self.wrt) or [a for a in fn.arg_names if a in fn.params]
         if not wrt:
