@@ -115,20 +115,27 @@ def build_pipeline(mode: str, fn: str, wrt: list[str], passes: str | None) -> st
     return ",".join(p for p in (passes, rev, passes) if p)
 
 
-def compile_program(path: str, mode: str, fn_name: str | None = None,
-                    wrt: list[str] | None = None, passes: str | None = None,
-                    dtype: str | None = None, bind: dict | None = None,
-                    print_ir_after_all: bool = False) -> Compiled:
-    """Load `path` and compile it for `mode` (``forward`` or ``reverse``)."""
-    from .passes.pipeline import run_pipeline
+def prepare_module(path: str, fn_name: str | None, dtype: str | None,
+                   bind: dict | None) -> tuple[Module, Function]:
+    """Load `path`, pick the function, and apply ``--dtype`` and ``--bind`` to the module."""
     from .cli_dtype import bind_dims, to_dtype
-
     module = load_module(path)
     fn = select_function(module, fn_name)
     if dtype:
         to_dtype(module, dtype)
     if bind:
         bind_dims(module, bind)
+    return module, fn
+
+
+def compile_program(path: str, mode: str, fn_name: str | None = None,
+                    wrt: list[str] | None = None, passes: str | None = None,
+                    dtype: str | None = None, bind: dict | None = None,
+                    print_ir_after_all: bool = False) -> Compiled:
+    """Load `path` and compile it for `mode` (``forward`` or ``reverse``)."""
+    from .passes.pipeline import run_pipeline
+
+    module, fn = prepare_module(path, fn_name, dtype, bind)
     notes: list[str] = []
     wrt_names = resolve_wrt(fn, wrt, notes) if mode == "reverse" else []
     pipeline = build_pipeline(mode, fn.name, wrt_names, passes)

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cli_compile import (DEFAULT_PASSES, Compiled, load_module, resolve_wrt,
-                          select_function)
+from .cli_compile import DEFAULT_PASSES, Compiled, prepare_module, resolve_wrt
 from .diagnostics import AdcError
 from .ir.core import Block, Function
 
@@ -56,17 +55,11 @@ def compile_forward(path: str, mode: str, fn_name: str | None = None,
 
     `tangents` is ``(file, names)`` of a tangent file: without `wrt`, the inputs it names
     are the differentiated ones."""
-    from .cli_dtype import bind_dims, to_dtype
     from .passes.pipeline import run_pipeline
 
     if mode not in FORWARD_MODES:
         raise ValueError(mode)
-    module = load_module(path)
-    fn = select_function(module, fn_name)
-    if dtype:
-        to_dtype(module, dtype)
-    if bind:
-        bind_dims(module, bind)
+    module, fn = prepare_module(path, fn_name, dtype, bind)
     notes: list[str] = []
     if tangents is not None and not wrt:
         where, names = tangents
