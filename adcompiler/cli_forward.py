@@ -143,8 +143,10 @@ def run_main(args, inputs_for=None) -> int:
     binder = DimBinder(getattr(args, "bind", None) or {})
     prim = comp.module[comp.primal.name]
     inputs = _inputs(args, prim, binder, inputs_for)
-    tangents = load_tangents(comp, getattr(args, "tangents", None), binder,
-                             getattr(args, "seed", 0))
+    tangents = load_tangents(comp, t_path, binder, getattr(args, "seed", 0))
+    if not t_path:
+        print(f"adc: no --tangents given: using random tangents (seed "
+              f"{getattr(args, 'seed', 0)}) for {', '.join(comp.wrt)}", file=sys.stderr)
     outs, stats = run_function(comp.module, comp.run_name, {**inputs, **tangents},
                                dims=binder.env)
     named = list(zip(comp.output_names(), [np.asarray(o) for o in outs]))
