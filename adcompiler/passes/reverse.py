@@ -149,7 +149,8 @@ def reverse_loop(b: Builder, op: Op, out_cts: list, outer: Cotangents, module: M
     residuals = _stack_residuals(op, rbody)
     init = [outer.get_or_zeros(op.results[k]) for k in carries] + [zeros_like(b, v) for v in captured]
     xs = [out_cts[nc + j] for j in y_seeds] + residuals
-    rev = b.for_(op.attrs["n"], rbody, init, xs, reverse=True)
+    names = [a.name for a in rbody.args[1:1 + len(init)]] + [_ct_name(x_args[j]) for j in x_active]
+    rev = b.for_(op.attrs["n"], rbody, init, xs, reverse=True, result_names=names)
     res = rev.results
     in_cts: list = [None] * len(op.operands)
     for pos, k in enumerate(carries):
