@@ -9,6 +9,7 @@ start; `adcompiler.memory` predicts this figure from the IR alone.
 """
 from __future__ import annotations
 
+from collections import ChainMap
 from typing import Any, Mapping
 
 import numpy
@@ -142,6 +143,8 @@ class Executor:
         args = [env[v] for v in op.operands]
         if op.name == "for":
             return self.run_for(op, env, args)
+        if op.name == "fused":
+            return self.run_fused(op, env, args)
         if op.name == "call":
             outs = self.call(self.module.functions[op.attrs["callee"]], args)
             # the callee's results stay counted by its frame; the caller counts them again
@@ -160,6 +163,21 @@ class Executor:
         if isinstance(value, (list, tuple)):
             return tuple(resolve_dim(d, self.dims) for d in value)
         return resolve_dim(value, self.dims)
+
+    def run_fused(self, op, env, args) -> list:
+        """A fused group, op by op: the same kernels in the same order as unfused.
+
+        The group is one kernel on a GPU, so its intermediates count as kernel temporaries
+        (not SSA values): only its results are accounted, as `adcompiler.memory` predicts.
+        A backend with generated kernels overrides this method.
+        """
+        body = op.regions[0]
+        local = ChainMap(dict(zip(body.args, args)), env)  # the region may capture values
+        for inner in body.ops:
+            if inner.name == "yield":
+                return [local[v] for v in inner.operands]
+            local.maps[0].update(zip(inner.results, self.run_op(inner, local)))
+        return []
 
     def run_for(self, op, env, args) -> list:
         xp = self.xp

@@ -4,7 +4,8 @@ The emitted module imports only ``numpy`` and ``adc_runtime.kernels`` and calls 
 kernel table as the executor, one line per op, so it computes the same numbers as
 ``adc run``. Each IR function becomes a Python function that binds its symbolic dimensions
 from the shapes of its arguments; ``for`` ops become Python loops that stack their
-per-iteration outputs; a comment names the TDSL line behind each group of ops.
+per-iteration outputs; ``fused`` groups are emitted inline, op by op; a comment names the TDSL
+line behind each group of ops.
 """
 from __future__ import annotations
 
@@ -179,6 +180,9 @@ class _FunctionEmitter:
         if op.name == "for":
             self.loop(op, depth)
             return
+        if op.name == "fused":
+            self.fused(op, depth)
+            return
         outs = ", ".join(self.name(r) for r in op.results)
         if op.name == "call":
             callee = op.attrs["callee"]
@@ -197,6 +201,18 @@ class _FunctionEmitter:
             src = _attr_source(op, k, v, self.syms)
             kwargs.append(f"{k}={src}" if k.isidentifier() else f"**{{{k!r}: {src}}}")
         self.lines.append(f"{pad}{outs} = K[{op.name!r}]({', '.join(['np'] + args + kwargs)})")
+
+    def fused(self, op: Op, depth: int) -> None:
+        """A fused group inline, op by op: its arguments and results are aliases."""
+        body = op.regions[0]
+        for a, v in zip(body.args, op.operands):
+            self.name.names[a] = self.name(v)
+        self.block(body, depth)
+        for r, v in zip(op.results, body.terminator.operands):
+            if r in self.name.names:
+                self.lines.append(f"{'    ' * depth}{self.name(r)} = {self.name(v)}")
+            else:
+                self.name.names[r] = self.name(v)
 
     def loop(self, op: Op, depth: int) -> None:
         pad, body = "    " * depth, op.regions[0]

@@ -9,6 +9,8 @@ location; `verify_errors(module)` returns every problem found. Checked:
   ``yield``; neither appears anywhere else;
 * ``for``: attrs, block arguments ``[i64[], carries..., x slices...]``, yield and result types;
 * ``call``: the callee exists and its argument and result types match;
+* ``fused``: one region whose arguments take the operands' types and whose ``yield`` gives
+  the result types;
 * registry ops: options complete and result types equal to the op's type rule.
 """
 from __future__ import annotations
@@ -127,6 +129,8 @@ class _Checker:
             self.for_op(op)
         elif op.name == "call":
             self.call(op)
+        elif op.name == "fused":
+            self.fused_op(op)
         elif op.name in registry.REGISTRY:
             self.registry_op(op, registry.REGISTRY[op.name])
         else:
@@ -216,3 +220,20 @@ class _Checker:
         if res != want_res:
             self.fail(op, f"has result types {_types(res)} but its body gives "
                           f"{_types(want_res)}")
+
+    def fused_op(self, op: Op) -> None:
+        if len(op.regions) != 1:
+            self.fail(op, f"needs one region, has {len(op.regions)}")
+            return
+        body = op.regions[0]
+        args, operands = [a.type for a in body.args], [v.type for v in op.operands]
+        if args != operands:
+            self.fail(op, f"body arguments {_types(args)} should be the operand types "
+                          f"{_types(operands)}")
+        term = body.ops[-1] if body.ops else None
+        if term is None or term.name != "yield":
+            return
+        yielded, res = [v.type for v in term.operands], [r.type for r in op.results]
+        if yielded != res:
+            self.fail(op, f"has result types {_types(res)} but its body yields "
+                          f"{_types(yielded)}")

@@ -1,0 +1,251 @@
+"""Fusion of elementwise ops into ``fused`` region ops (one generated kernel each).
+
+    %h, %m = fused(%0, %b1) : f32[B, 8], bool[B, 8] {
+    ^(%a: f32[B, 8], %b: f32[8]):
+      %1 = add(%a, %b) : f32[B, 8]
+      %h = relu(%1) : f32[B, 8]
+      %c = const() {value = 0.0, dtype = "f32"} : f32[]
+      %m = gt(%1, %c) : bool[B, 8]
+      yield(%h, %m)
+    }
+
+A ``fused`` op is structural like ``for``: its block arguments receive its operands (the
+group's external inputs), its region holds the original ops in their original order, and
+its ``yield`` returns the group's values that are used outside it. Running the region op by
+op computes exactly what the unfused ops computed; the CUDA emitter turns the region into
+one ``cupy.ElementwiseKernel``.
+
+Grouping, per block (function bodies and loop bodies, each on its own), in block order: an
+op with the ``elementwise`` trait joins the groups of the elementwise ops that produce its
+operands when the union stays
+
+* convex: no path leaves the group and comes back into it through an outside op (the group
+  becomes one op, so such a path would be a cycle);
+* one iteration space: every member whose shape is smaller than the group's broadcast shape
+  is used only inside the group (a kernel writes outputs of its full shape; a smaller
+  intermediate is recomputed per element, which broadcasting makes exact);
+* in place: no member's result is used outside the group before its last member. The fused
+  op then runs where its last member ran, and no value is computed earlier than before, so
+  fusion never lengthens a live range by hoisting (say) an adjoint op into the forward
+  sweep, where its result would be held until the reverse sweep reads it.
+
+Scalar ``const`` operands are copied into the region, so kernels see literals. Groups of
+fewer than `min_ops` elementwise ops are left alone.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+from ..diagnostics import ShapeError
+from ..ir.core import Block, Function, Module, Op, Value
+from ..ir.types import broadcast_shapes
+from ..ops import registry
+from .clone import clone_op
+from .pipeline import FunctionPass, register_pass
+
+FUSED = "fused"
+
+
+def fusable(op: Op) -> bool:
+    """An op that a generated elementwise kernel can compute."""
+    if op.regions or len(op.results) != 1 or op.name not in registry.REGISTRY:
+        return False
+    return registry.get(op.name).has("elementwise")
+
+
+def _is_const(v: Value) -> bool:
+    d = v.defining_op
+    return d is not None and d.name == "const" and not d.operands
+
+
+class _Group:
+    __slots__ = ("members", "mask", "shape", "ext")
+
+    def __init__(self, k: int, shape, producers: set[int]):
+        self.members = [k]          # op indices, ascending
+        self.mask = 1 << k
+        self.shape = shape          # the broadcast shape of every member's result
+        self.ext = set(producers)   # indices of outside ops that produce members' operands
+
+
+class _BlockFuser:
+    def __init__(self, block: Block):
+        self.block = block
+        ops = block.ops
+        self.index = {op: k for k, op in enumerate(ops)}
+        self.def_at: dict[Value, int] = {v: k for k, op in enumerate(ops) for v in op.results}
+        # producers (ops of this block) of what each op reads, nested regions included
+        self.producers: list[set[int]] = []
+        self.users: dict[Value, set[int]] = {}
+        for k, op in enumerate(ops):
+            prods = set()
+            for inner in op.walk():
+                for v in inner.operands:
+                    self.users.setdefault(v, set()).add(k)
+                    j = self.def_at.get(v)
+                    if j is not None and j != k:
+                        prods.add(j)
+            self.producers.append(prods)
+        # dep[k]: bitmask of the ops that op k depends on, transitively
+        self.dep: list[int] = []
+        for k in range(len(ops)):
+            m = 0
+            for j in self.producers[k]:
+                m |= self.dep[j] | (1 << j)
+            self.dep.append(m)
+        self.group_of: dict[int, _Group] = {}
+
+    # -- grouping ----------------------------------------------------------------------
+    def legal(self, members: list[int], mask: int, shape, ext: set[int]) -> bool:
+        if any(self.dep[y] & mask for y in ext):
+            return False
+        ops, last = self.block.ops, members[-1]
+        for m in members:
+            v = ops[m].result
+            outside = [u for u in self.users.get(v, ()) if not (mask >> u) & 1]
+            if outside and (v.type.shape != shape or min(outside) < last):
+                return False
+        return True
+
+    def merge(self, g: _Group, k: int) -> _Group | None:
+        """`g` with the op `k` (already in its own group `h`) merged in, if legal."""
+        h = self.group_of[k]
+        try:
+            shape = broadcast_shapes(g.shape, h.shape)
+        except ShapeError:
+            return None
+        members = sorted(g.members + h.members)
+        mask = g.mask | h.mask
+        ext = {y for y in g.ext | h.ext if not (mask >> y) & 1}
+        if not self.legal(members, mask, shape, ext):
+            return None
+        g.members, g.mask, g.shape, g.ext = members, mask, shape, ext
+        for m in members:
+            self.group_of[m] = g
+        return g
+
+    def group(self) -> list[_Group]:
+        ops = self.block.ops
+        for k, op in enumerate(ops):
+            if not fusable(op):
+                continue
+            g = _Group(k, op.result.type.shape, self.producers[k])
+            self.group_of[k] = g
+            if not self.legal(g.members, g.mask, g.shape, g.ext):
+                continue  # cannot happen for a single op; kept for clarity
+            # join producer groups, largest first (a greedy choice; any legal order is valid)
+            cands = {id(self.group_of[j]): self.group_of[j] for j in self.producers[k]
+                     if j in self.group_of}
+            for other in sorted(cands.values(), key=lambda c: (-len(c.members), c.members[0])):
+                if other is self.group_of[k]:
+                    continue
+                self.merge(other, k)
+        seen, out = set(), []
+        for k in sorted(self.group_of):
+            g = self.group_of[k]
+            if id(g) not in seen:
+                seen.add(id(g))
+                out.append(g)
+        return out
+
+    # -- rewriting ---------------------------------------------------------------------
+    def build(self, g: _Group) -> tuple[Op, dict[Value, Value]]:
+        """The ``fused`` op of `g` and the map from members' results to its results."""
+        ops = self.block.ops
+        members = [ops[m] for m in g.members]
+        inside = {v for op in members for v in op.results}
+        inputs: list[Value] = []
+        consts: list[Value] = []
+        for op in members:
+            for v in op.operands:
+                if v in inside or v in inputs or v in consts:
+                    continue
+                (consts if _is_const(v) else inputs).append(v)
+        outputs = [v for op in members for v in op.results
+                   if v in self.returned or any(not (g.mask >> u) & 1
+                                                for u in self.users.get(v, ()))]
+        body = Block([v.type for v in inputs], [v.name for v in inputs])
+        vmap: dict[Value, Value] = dict(zip(inputs, body.args))
+        for c in consts:
+            body.append(clone_op(c.defining_op, vmap))
+        for op in members:
+            body.append(clone_op(op, vmap))
+        body.append(Op("yield", [vmap[v] for v in outputs], [], loc=members[-1].loc))
+        fused = Op(FUSED, inputs, [v.type for v in outputs], regions=[body],
+                   loc=members[0].loc, result_names=[v.name for v in outputs])
+        return fused, dict(zip(outputs, fused.results))
+
+    def run(self, min_ops: int) -> None:
+        block = self.block
+        term = block.terminator
+        self.returned = set(term.operands) if term is not None else set()
+        groups = [g for g in self.group() if len(g.members) >= min_ops]
+        if not groups:
+            return
+        # units in a new order: each group becomes one op; the rest stay as they are
+        grouped = {m: g for g in groups for m in g.members}
+        units: list[tuple[int, Op]] = []
+        mapping: dict[Value, Value] = {}
+        for g in groups:
+            fused, vmap = self.build(g)
+            mapping.update(vmap)
+            units.append((g.members[-1], fused))
+        units += [(k, op) for k, op in enumerate(block.ops) if k not in grouped]
+        for _, op in units:
+            for inner in op.walk():
+                inner.operands = [mapping.get(v, v) for v in inner.operands]
+        kept = self._drop_dead_consts(units)
+        block.ops = []
+        for op in _stable_topo(kept):
+            block.append(op)
+
+    def _drop_dead_consts(self, units):
+        used = {v for _, op in units for inner in op.walk() for v in inner.operands}
+        return [(k, op) for k, op in units
+                if not (op.name == "const" and not op.operands and op.result not in used)]
+
+
+def _stable_topo(units: list[tuple[int, Op]]) -> list[Op]:
+    """Ops in dependency order, earliest original position first among the ready ones."""
+    def_of = {v: n for n, (_, op) in enumerate(units) for v in op.results}
+    succs: list[list[int]] = [[] for _ in units]
+    indeg = [0] * len(units)
+    for n, (_, op) in enumerate(units):
+        deps = {def_of[v] for inner in op.walk() for v in inner.operands
+                if v in def_of and def_of[v] != n}
+        for d in deps:
+            succs[d].append(n)
+        indeg[n] = len(deps)
+    heap = [(units[n][0], n) for n in range(len(units)) if indeg[n] == 0]
+    heapq.heapify(heap)
+    order = []
+    while heap:
+        _, n = heapq.heappop(heap)
+        order.append(units[n][1])
+        for s in succs[n]:
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                heapq.heappush(heap, (units[s][0], s))
+    assert len(order) == len(units), "fusion made a cycle"
+    return order
+
+
+def fuse_block(block: Block, min_ops: int = 2) -> None:
+    """Fuse the elementwise ops of `block` and, first, of the loop bodies inside it."""
+    for op in block.ops:
+        if op.name != FUSED:
+            for r in op.regions:
+                fuse_block(r, min_ops)
+    _BlockFuser(block).run(min_ops)
+
+
+@register_pass("fuse")
+@dataclass(frozen=True)
+class Fuse(FunctionPass):
+    """Group chains and DAGs of elementwise ops into ``fused`` ops (see the module doc)."""
+
+    min_ops: int = 2
+
+    def run_on_function(self, fn: Function, module: Module) -> None:
+        fuse_block(fn.body, self.min_ops)

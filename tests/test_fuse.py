@@ -1,0 +1,168 @@
+"""The fusion pass: which ops it groups, and that fused programs compute bit-identical
+results on NumPy (the region runs the same kernels in the same order), verify, print and
+parse back, keep the predicted peak memory equal to the measured one, and emit Python."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from adcompiler.cli_compile import compile_program
+from adcompiler.emit.python import emit_python
+from adcompiler.frontend import compile_source
+from adcompiler.ir.parser import parse_module
+from adcompiler.ir.printer import print_module
+from adcompiler.ir.verifier import verify, verify_errors
+from adcompiler.memory.liveness import predict_peak
+from adcompiler.passes.fuse import Fuse
+from adcompiler.passes.pipeline import run_pipeline
+from adc_runtime.executor import run_function
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+NAMES = sorted(p.stem for p in SAMPLES.glob("*.tdsl"))
+
+
+def fused_ops(fn):
+    return [op for op in fn.walk() if op.name == "fused"]
+
+
+def roundtrip(module):
+    verify(module)
+    text = print_module(module)
+    again = parse_module(text)
+    verify(again)
+    assert print_module(again) == text
+    return again
+
+
+def fuse(src: str, **opts):
+    m = Fuse(**opts)(compile_source(src, "<t>"))
+    roundtrip(m)
+    return m
+
+
+def body_names(op):
+    return [o.name for o in op.regions[0].ops]
+
+
+# ---- what is grouped ----------------------------------------------------------------
+
+def test_chain_becomes_one_op_with_literals_inside():
+    m = fuse("def f(x: f32[4], b: f32[4]) -> f32[4] {\n"
+             "    return tanh(x * 2.0 + b) - 1.0\n}\n")
+    ops = m["f"].body.ops
+    assert [o.name for o in ops] == ["fused", "return"]
+    g = ops[0]
+    assert g.operands == m["f"].args
+    assert body_names(g) == ["const", "const", "mul", "add", "tanh", "sub", "yield"]
+    assert [r.type for r in g.results] == [m["f"].result_types[0]]
+
+
+def test_values_used_outside_become_results():
+    m = fuse("def f(x: f32[4]) -> (f32[4], f32) {\n"
+             "    a = exp(x)\n    b = a * a\n    return b, sum(a)\n}\n")
+    (g,) = fused_ops(m["f"])
+    # a feeds sum outside the group, after its last member: both a and b are results
+    assert len(g.results) == 2
+    assert body_names(g) == ["exp", "mul", "yield"]
+
+
+def test_non_convex_groups_are_not_formed():
+    # exp -> sum -> add(exp, sum): joining add to exp's group would make a cycle
+    m = fuse("def f(x: f32[4]) -> f32[4] {\n"
+             "    e = exp(x)\n    return sin(e) + sum(e)\n}\n")
+    (g,) = fused_ops(m["f"])
+    assert body_names(g) == ["exp", "sin", "yield"]
+    assert [o.name for o in m["f"].body.ops] == ["fused", "sum", "add", "return"]
+
+
+def test_smaller_intermediate_is_fused_only_when_used_inside():
+    inside = fuse("def f(x: f32[3, 4], b: f32[4]) -> f32[3, 4] {\n"
+                  "    return x * exp(b)\n}\n")
+    (g,) = fused_ops(inside["f"])
+    assert body_names(g) == ["exp", "mul", "yield"]
+    outside = fuse("def f(x: f32[3, 4], b: f32[4]) -> (f32[3, 4], f32[4]) {\n"
+                   "    e = exp(b)\n    return x * e, e\n}\n")
+    assert fused_ops(outside["f"]) == []  # e must be written at shape [4]
+
+
+def test_adjoint_ops_are_not_hoisted_into_the_forward_sweep():
+    comp = compile_program(str(SAMPLES / "mlp.tdsl"), "reverse")
+    m = Fuse()(comp.module)
+    groups = [body_names(g) for g in fused_ops(m["mlp_grad"])]
+    # add+relu of the forward pass stays apart from the gt/where of its adjoint
+    assert ["add", "relu", "yield"] in groups
+    assert all("relu" not in g or "gt" not in g for g in groups)
+
+
+def test_loop_bodies_are_fused():
+    m = fuse("def f(x: f32[4], W: f32[3, 4]) -> f32[4] {\n    h = x\n"
+             "    for i in range(3) {\n        h = h + tanh(h * W[i])\n    }\n"
+             "    return h\n}\n")
+    loop = next(o for o in m["f"].body.ops if o.name == "for")
+    (g,) = fused_ops(m["f"])
+    assert g.parent is loop.regions[0]
+    assert body_names(g) == ["mul", "tanh", "add", "yield"]
+
+
+def test_min_ops_and_the_pipeline_string():
+    src = "def f(x: f32[4]) -> f32[4] {\n    return exp(sin(x))\n}\n"
+    m = compile_source(src, "<t>")
+    assert len(fused_ops(run_pipeline(m, "fuse", verify=True)["f"])) == 1
+    assert fused_ops(run_pipeline(m, "fuse{min_ops=3}", verify=True)["f"]) == []
+    assert fused_ops(m["f"]) == []  # the input module is untouched
+
+
+def test_verifier_checks_fused_types():
+    m = fuse("def f(x: f32[4]) -> f32[4] {\n    return exp(sin(x))\n}\n")
+    (g,) = fused_ops(m["f"])
+    g.regions[0].args[0].type = g.regions[0].args[0].type.with_dtype("f64")
+    errors = [e.message for e in verify_errors(m)]
+    assert any("'fused' op body arguments (f64[4]) should be the operand types (f32[4])" in e
+               for e in errors), errors
+
+
+# ---- fused vs unfused on every sample -------------------------------------------------
+
+def _run(module, name, inputs):
+    outs, stats = run_function(module, name, inputs)
+    return outs, stats["peak_bytes"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_samples_fused_equal_unfused(name):
+    comp = compile_program(str(SAMPLES / f"{name}.tdsl"), "reverse")
+    fused = roundtrip(Fuse()(comp.module))
+    assert fused_ops(fused[comp.run_name])
+    data = json.loads((SAMPLES / f"{name}.json").read_text())
+    want, peak = _run(comp.module, comp.run_name, data)
+    got, fused_peak = _run(fused, comp.run_name, data)
+    for a, b in zip(got, want):
+        assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True)
+    # a fused group keeps no intermediates, and nothing is hoisted: never more memory
+    assert fused_peak <= peak
+    dims = run_function(fused, comp.run_name, data)[1]["dims"]
+    assert predict_peak(fused, comp.run_name, dims).peak_bytes == fused_peak
+
+
+@pytest.mark.parametrize("name", ["mlp", "rnn", "transformer_stack"])
+def test_emitted_python_of_fused_program(name):
+    comp = compile_program(str(SAMPLES / f"{name}.tdsl"), "reverse")
+    fused = Fuse()(comp.module)
+    src = emit_python(fused, comp.run_name)
+    ns: dict = {"__name__": "emitted"}
+    exec(compile(src, f"<{name}>", "exec"), ns)
+    data = json.loads((SAMPLES / f"{name}.json").read_text())
+    fn = fused[comp.run_name]
+    args = [np.asarray(data[a.name], dtype=run_dtype(a)) for a in fn.args]
+    got = ns[comp.run_name](*args)
+    want, _ = _run(comp.module, comp.run_name, data)
+    for a, b in zip(got, want):
+        assert np.array_equal(a, b)
+
+
+def run_dtype(arg):
+    from adcompiler.ir.types import NUMPY_DTYPE
+    return NUMPY_DTYPE[arg.type.dtype]
