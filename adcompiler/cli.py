@@ -76,9 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="reverse: add the adjoint program <fn>_grad; forward: values only; "
                         "jvp: add the tangent program <fn>_jvp; hvp: add <fn>_hvp "
                         "(forward over reverse) (default reverse)")
-    c.add_argument("--emit", choices=("ir", "python", "dot"), default="ir",
+    c.add_argument("--emit", choices=("ir", "python", "dot", "cuda"), default="ir",
                    help="ir: IR text; python: a standalone NumPy module; dot: a Graphviz "
-                        "graph (default ir)")
+                        "graph; cuda: the CuPy kernels of the fused elementwise groups "
+                        "(default ir)")
     c.add_argument("-o", "--output", metavar="OUT", help="output file (default: stdout)")
     c.add_argument("--pipeline", metavar="PASSES",
                    help="passes to run, e.g. 'inline,cse,dce' (default "
@@ -190,6 +191,9 @@ def cmd_compile(args) -> int:
     elif args.emit == "python":
         from .emit.python import emit_python
         text = emit_python(comp.module, comp.run_name, comp.output_names())
+    elif args.emit == "cuda":
+        from .emit.cuda import emit_cuda
+        text = emit_cuda(comp.module)
     else:
         from .emit.dot import emit_dot
         text = emit_dot(comp.module, comp.run_name)
