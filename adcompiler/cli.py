@@ -259,17 +259,31 @@ def cmd_run(args) -> int:
     binder = DimBinder(_binds(args))
     inputs = _inputs(args, comp.run_fn, binder)
     remat_stats = _remat(args, comp, binder.env)
-    outs, stats = run_function(comp.module, comp.run_name, inputs, xp=xp, dims=binder.env)
+    if xp is np:
+        outs, stats = run_function(comp.module, comp.run_name, inputs, xp=xp, dims=binder.env)
+    else:
+        outs, stats = _run_cuda(comp, inputs, binder.env, xp)
     if remat_stats is not None and args.stats_json:
-        write_stats_json(args.stats_json, remat_stats, stats["peak_bytes"])
+        write_stats_json(args.stats_json, remat_stats,
+                         stats.get("peak_bytes_measured", stats["peak_bytes"]))
     if xp is not np:
         outs = [xp.asnumpy(o) for o in outs]
     named = list(zip(comp.output_names(), [np.asarray(o) for o in outs]))
     print(summary(named))
     print(f"\npeak live memory: {stats['peak_bytes']:,} bytes")
+    if "peak_bytes_measured" in stats:
+        print(f"peak device memory (measured): {stats['peak_bytes_measured']:,} bytes")
     if args.out:
         save_npz(args.out, dict(named))
     return 0
+
+
+def _run_cuda(comp, inputs: dict, dims: dict, cupy):
+    """Fuse the compiled program and run it on the GPU with its generated kernels."""
+    from adc_runtime.cuda import run_function as run_on_gpu
+    from .emit.cuda import ensure_fused, kernel_specs
+    module = ensure_fused(comp.module)
+    return run_on_gpu(module, comp.run_name, inputs, kernel_specs(module), dims, cupy)
 
 
 def cmd_check(args) -> int:

@@ -81,6 +81,7 @@ class KernelSpec:
     operation: str
     captures: tuple = ()
     where: str = ""
+    preamble: str = PREAMBLE
 
     def python(self) -> str:
         """The kernel as a Python statement building it."""

@@ -1,0 +1,133 @@
+"""The CuPy backend: the executor on device arrays, fused groups as generated kernels, and
+measured peak device memory.
+
+* Inputs are copied to the device once; every op then runs on device arrays (the kernel
+  table with ``xp = cupy``: cuBLAS for ``matmul``/``einsum``), and outputs stay on the
+  device until the caller copies them back.
+* A ``fused`` op runs the ``cupy.ElementwiseKernel`` built from its `KernelSpec` (made by
+  ``adcompiler.emit.cuda``; this package never imports the compiler). Kernels are built
+  once per source text, which fixes the dtypes, and kept for the life of the process; CuPy
+  compiles each for the ranks it meets and caches the binaries. Outputs are allocated at the
+  shape the IR declares and passed in, so a group whose inputs are all literals still has
+  its size.
+* Scalar constants are uploaded once per executor, not once per use.
+* `PeakMemoryHook` follows the memory pool's mallocs and frees (``MemoryPool`` keeps no
+  high-water mark): ``peak_bytes_measured`` is the most device memory held by arrays at
+  once, inputs included, next to ``peak_bytes`` (the executor's SSA accounting).
+
+CUDA graphs are not used. Capture would wrap the runs of ops between two matrix products
+(``run_block`` below is the place: cut the block at ``matmul``/``einsum`` ops, capture each
+segment once per shape, replay it), because CuPy refuses cuBLAS calls during stream capture
+(cupy/cupy#6290). Replaying also needs every buffer of a segment at a fixed address across
+steps, i.e. planned buffers instead of pool allocations; until those exist a captured graph
+would read and write memory the pool has handed to other arrays.
+
+CuPy is imported only by `load_cupy`, i.e. only when the CUDA device is asked for.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from .executor import Executor, RunError, bind_dims
+from .kernels import DTYPES
+
+_KERNELS: dict[tuple, Any] = {}
+
+
+def load_cupy():
+    """The `cupy` module when it imports and a CUDA GPU is usable, else a one-line RunError."""
+    try:
+        import cupy
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:  # ImportError, or a CUDA runtime error without a driver
+        raise RunError(f"the CUDA device needs CuPy and a CUDA GPU ({type(e).__name__}: "
+                       f"{e})") from None
+    if count < 1:
+        raise RunError("no CUDA GPU found")
+    return cupy
+
+
+def build_kernel(cupy, spec):
+    """The ElementwiseKernel of `spec`, built once per source text."""
+    key = (spec.name, spec.in_params, spec.out_params, spec.operation, spec.preamble)
+    kern = _KERNELS.get(key)
+    if kern is None:
+        kern = _KERNELS[key] = cupy.ElementwiseKernel(
+            spec.in_params, spec.out_params, spec.operation, spec.name,
+            preamble=spec.preamble)
+    return kern
+
+
+def peak_memory_hook(cupy):
+    """A fresh `cupy.cuda.MemoryHook` tracking bytes in use and their high-water mark."""
+
+    class PeakMemoryHook(cupy.cuda.MemoryHook):
+        name = "adc_peak_memory"
+
+        def __init__(self):
+            super().__init__()
+            self.used = 0
+            self.peak = 0
+
+        def malloc_postprocess(self, **kw):
+            self.used += kw["mem_size"]
+            self.peak = max(self.peak, self.used)
+
+        def free_postprocess(self, **kw):
+            self.used -= kw["mem_size"]
+
+    return PeakMemoryHook()
+
+
+class CudaExecutor(Executor):
+    """The executor with generated kernels for fused ops (`specs`: fused op -> KernelSpec).
+
+    A fused op without a spec runs op by op, like on NumPy."""
+
+    def __init__(self, module, cupy, dims: Mapping[str, int] | None = None,
+                 specs: Mapping | None = None):
+        super().__init__(module, cupy, dims)
+        self.specs = dict(specs or {})
+        self._consts: dict[tuple, Any] = {}
+
+    def run_op(self, op, env) -> list:
+        if op.name == "const" and not op.operands:
+            key = (repr(op.attrs["value"]), op.attrs["dtype"])
+            if key not in self._consts:
+                self._consts[key] = super().run_op(op, env)[0]
+            return [self._consts[key]]
+        return super().run_op(op, env)
+
+    def run_fused(self, op, env, args) -> list:
+        spec = self.specs.get(op)
+        if spec is None:
+            return super().run_fused(op, env, args)
+        xp = self.xp
+        kern = build_kernel(xp, spec)
+        captured = [env[v] for v in spec.captures]
+        outs = [xp.empty(self._resolve(r.type.shape), dtype=DTYPES[r.type.dtype])
+                for r in op.results]
+        kern(*args, *captured, *outs)
+        return outs
+
+
+def run_function(module, fn_name: str, inputs: Mapping[str, Any], specs: Mapping | None = None,
+                 dims: Mapping[str, int] | None = None, cupy=None):
+    """Run `fn_name` on the GPU; returns (device outputs, stats).
+
+    `specs` maps the module's fused ops to their kernels (``adcompiler.emit.cuda.
+    kernel_specs``). Stats: ``peak_bytes`` (SSA accounting, as on NumPy),
+    ``peak_bytes_measured`` (the memory pool, by `PeakMemoryHook`), ``dims``."""
+    cp = cupy if cupy is not None else load_cupy()
+    fn = module.functions[fn_name]
+    missing = [a.name for a in fn.args if a.name not in inputs]
+    if missing:
+        raise RunError(f"missing input '{missing[0]}'")
+    hook = peak_memory_hook(cp)
+    with hook:
+        arrays = [cp.asarray(inputs[a.name], dtype=DTYPES[a.type.dtype]) for a in fn.args]
+        bound = bind_dims(fn, arrays, dims)
+        ex = CudaExecutor(module, cp, bound, specs)
+        outs = ex.call(fn, arrays)
+        cp.cuda.get_current_stream().synchronize()
+    return outs, {"peak_bytes": ex.peak, "peak_bytes_measured": hook.peak, "dims": bound}
