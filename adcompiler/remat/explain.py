@@ -5,14 +5,17 @@ Keys of `remat_stats` (also written by ``--stats-json``): ``policy``, ``function
 ``stored_bytes_peak`` and ``stored_bytes_peak_store_all`` (the peak of the bytes kept for the
 reverse sweep alone: residual stacks and checkpoints), ``forward_flops`` (the primal
 function), ``recompute_flops`` (ops marked ``recompute``), ``recompute_fraction``,
-``stored_values``, ``recomputed_values``, ``loops`` and ``notes``.
+``stored_values``, ``recomputed_values``, ``loops``, ``notes``, and from the straight-line
+solver (``budget``/``min-memory``) ``solver`` (``highs-milp``, or null when it did not
+run), ``optimal``, ``gap`` (HiGHS's relative MIP gap) and ``straight_line`` (status, seconds,
+variables, model peak).
 """
 from __future__ import annotations
 
 from typing import Mapping
 
 from ..ir.core import Module, Value
-from ..memory.flops import block_flops, function_flops
+from ..memory.flops import block_flops, function_flops, op_flops
 from ..memory.liveness import predict_peak
 from ..memory.sizes import format_bytes, value_bytes
 from .binomial import Leaf, Plan, advances, slots, tape_length
@@ -63,10 +66,39 @@ def remat_stats(reversed_module: Module, sched: Schedule,
     }
     for pair, plan in zip(base_pairs, sched.plans or [None] * len(base_pairs)):
         _explain_loop(stats, pair, plan, dims, reversed_module)
-    if not base_pairs:
+    _explain_straight(stats, sched, dims)
+    if not base_pairs and sched.straight is None:
         stats["notes"].append("no loop with a static trip count feeds the reverse sweep; "
-                              "straight-line values are stored")
+                              "straight-line values are stored (budget:SIZE and min-memory "
+                              "recompute them)")
     return stats
+
+
+def _explain_straight(stats: dict, sched: Schedule, dims) -> None:
+    sl = sched.straight
+    ran = sl is not None and sl.status != "store-all fits"
+    stats.update({"solver": "highs-milp" if ran else None,
+                  "optimal": sl.optimal if ran else None, "gap": sl.gap if ran else None})
+    if sl is None:
+        return
+    stats["straight_line"] = {"status": sl.status, "seconds": round(sl.seconds, 3),
+                              "variables": sl.variables, "model_peak": sl.model_peak}
+    for v in sl.stored:
+        if v.defining_op is None:    # a function input: held by the caller anyway
+            continue
+        stats["stored_values"].append({
+            "name": _name(v), "type": str(v.type), "loc": _loc(v), "kind": "value",
+            "count": 1, "bytes": value_bytes(v, dims),
+            "why": "read by the reverse sweep; kept from the forward pass"})
+    for op, clones in sl.recomputed:
+        v = op.results[0]
+        where = sorted({str(c.loc) for c in clones if c.loc is not None})
+        stats["recomputed_values"].append({
+            "name": _name(v), "type": str(v.type), "loc": _loc(v), "kind": "value",
+            "steps": len(clones), "flops": len(clones) * op_flops(op, dims, sched.module),
+            "why": f"freed after its last forward use and recomputed {len(clones)} time(s) in "
+                   f"the reverse sweep: holding it {format_bytes(value_bytes(v, dims))} "
+                   f"across the peak would not fit"})
 
 
 def _explain_loop(stats: dict, pair, plan: Plan | None, dims, module: Module) -> None:
@@ -132,7 +164,11 @@ def format_stats(stats: dict) -> str:
         lines.append(f"    stored     {v['name']}: {v['type']} x{v['count']} "
                      f"({format_bytes(v['bytes'])}) - {v['why']}")
     for v in stats["recomputed_values"]:
-        lines.append(f"    recomputed {v['name']}: {v['type']} in {v['steps']} steps - {v['why']}")
+        times = f"x{v['steps']}" if v.get("kind") == "value" else f"in {v['steps']} steps"
+        lines.append(f"    recomputed {v['name']}: {v['type']} {times} - {v['why']}")
+    if stats.get("solver"):
+        gap = "optimal" if stats["optimal"] else f"gap {stats['gap']:.1%} (time limit)"
+        lines.append(f"  straight-line code: {stats['solver']}, {gap}")
     for note in stats["notes"]:
         lines.append(f"  note: {note}")
     return "\n".join(lines)

@@ -11,7 +11,11 @@ static trip count) the policy picks a `binomial.Plan`:
   settled one at a time, largest residuals first (greedy across loops);
 * ``min-memory``: the budget equal to the smallest peak any plan reaches (1 slot, 1 step).
 
-Loops with symbolic trip counts, and straight-line code, keep every value (noted).
+Under ``budget`` and ``min-memory`` the straight-line code is scheduled next
+(`straight.schedule_straight`, a MILP): loops first by the exact chain DP (with the least
+peak they reach alone when the budget is beyond them), then the forward values outside
+loops are stored or recomputed. The two steps are not optimized jointly.
+Loops with symbolic trip counts keep every value (noted).
 """
 from __future__ import annotations
 
@@ -26,7 +30,9 @@ from ..passes.clone import clone_module
 from ..passes.dce import dce_function
 from .binomial import Leaf, Plan, binomial_plan, cost, sqrt_plan
 from .loops import LoopPair, Rewrite, find_loop_pairs, rewrite_loop
+from .milp import DEFAULT_TIME_LIMIT
 from .policy import Policy, parse_policy
+from .straight import StraightLine, schedule_straight
 
 
 @dataclass
@@ -38,6 +44,7 @@ class Schedule:
     rewrites: list[Rewrite] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     peak_bytes: int | None = None
+    straight: StraightLine | None = None
 
 
 def adjoint_functions(module: Module, fn: str = "") -> list[str]:
@@ -120,12 +127,14 @@ def _best_for_loop(n: int, fits) -> tuple[int, int]:
 
 
 def solve_budget(module: Module, fn: str, pairs: list[LoopPair], budget: int | None,
-                 dims: Mapping[str, int]) -> list[Plan]:
-    """The cheapest plans whose predicted peak fits `budget` (None: the smallest peak)."""
+                 dims: Mapping[str, int], strict: bool = True) -> list[Plan]:
+    """The cheapest plans whose predicted peak fits `budget` (None: the smallest peak).
+    A budget below the smallest peak is an error, or (not `strict`) gives the plans of the
+    smallest peak."""
     peaks = _Peaks(module, fn, dims)
     plans = [_plan(p.n, 1, 1) for p in pairs]
     floor = peaks(plans)
-    if budget is None:
+    if budget is None or (floor > budget and not strict):
         budget = floor
     if floor > budget:
         raise AdcError(f"remat budget {format_bytes(budget)} ({budget} bytes) cannot be met: "
@@ -142,8 +151,10 @@ def solve_budget(module: Module, fn: str, pairs: list[LoopPair], budget: int | N
 
 
 def schedule(module: Module, policy: str | Policy, fn: str = "",
-             dims: Mapping[str, int] | None = None) -> Schedule:
-    """Apply `policy` to the adjoint function(s) of `module` (the output of ``reverse``)."""
+             dims: Mapping[str, int] | None = None,
+             time_limit: float = DEFAULT_TIME_LIMIT) -> Schedule:
+    """Apply `policy` to the adjoint function(s) of `module` (the output of ``reverse``);
+    `time_limit`: seconds per MILP solve of the straight-line solver."""
     pol = parse_policy(policy) if isinstance(policy, str) else policy
     dims = dict(dims or {})
     names = adjoint_functions(module, fn)
@@ -154,17 +165,18 @@ def schedule(module: Module, policy: str | Policy, fn: str = "",
         f = module[name]
         _note_skipped(f, sched)
         pairs = find_loop_pairs(f)
-        if not pairs:
-            continue
+        budget = pol.budget or None
         if pol.kind == "sqrt":
             plans = [sqrt_plan(p.n) for p in pairs]
         elif pol.kind == "revolve":
             plans = [binomial_plan(p.n, pol.checkpoints) for p in pairs]
         else:
-            plans = solve_budget(module, name, pairs, pol.budget or None, dims)
+            plans = solve_budget(module, name, pairs, budget, dims, strict=False) if pairs else []
         module, rewrites = apply_plans(module, name, plans)
         sched.plans += plans
         sched.rewrites += rewrites
+        if pol.kind in ("budget", "min-memory"):
+            module, sched.straight = schedule_straight(module, name, budget, dims, time_limit)
     sched.module = module
     return sched
 

@@ -1,0 +1,161 @@
+"""The straight-line remat MILP (Checkmate-style, on the program's own order), solved by HiGHS.
+
+Binary variables, for the `dag.Problem` of one block:
+
+* ``L[v, t]``: value `v` (its original or its latest clone) is held during op ``t``; forced
+  to 1 where op ``t`` uses `v`;
+* ``R[v, t]``: a clone of `v` is made right before op ``t``.
+
+Constraints: a value held at ``t`` was held at ``t-1`` or is cloned at ``t`` (nothing comes
+back once freed without a recomputation); a clone's operands are held at ``t``; a clone is
+held at its own time; at every ``t`` the held bytes plus the bytes the schedule cannot move
+(`Problem.fixed`) fit the budget. Objective: the FLOPs of the clones (plus one per clone, so
+that free ops are not cloned for nothing).
+
+The model counts every clone made before op ``t`` as held during op ``t``, also one that a
+later clone of the same chain consumes and frees; so its peak bounds the peak of the IR it
+produces from above, and that IR's exact peak comes from `memory.predict_peak`.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .dag import Problem
+
+DEFAULT_TIME_LIMIT = 10.0  # seconds per HiGHS solve
+
+
+@dataclass
+class Solution:
+    clones: dict[int, list[int]] = field(default_factory=dict)  # time -> ops cloned there
+    status: str = "optimal"        # optimal, time limit (feasible), infeasible, no solution
+    optimal: bool = True
+    gap: float = 0.0               # HiGHS's relative MIP gap (0 when proven optimal)
+    model_peak: int = 0
+    seconds: float = 0.0
+    variables: int = 0
+
+    @property
+    def feasible(self) -> bool:
+        return self.status in ("optimal", "time limit")
+
+
+class _Model:
+    def __init__(self, prob: Problem):
+        self.prob = prob
+        self.col: dict[tuple, int] = {}
+        self.lb: list[float] = []
+        self.cost: list[float] = []
+        self.rows: list[tuple[dict[int, float], float, float]] = []
+        for v in prob.free:
+            for t in range(prob.born[v] + 1, prob.last[v] + 1):
+                self._var(("L", v, t), 1.0 if t in prob.uses[v] else 0.0, 0.0)
+        for v, ts in prob.clone_times.items():
+            for t in ts:
+                self._var(("R", v, t), 0.0, float(prob.cost[v] + 1))
+        for v in prob.free:
+            for t in range(prob.born[v] + 2, prob.last[v] + 1):
+                row = {self.col[("L", v, t)]: 1.0, self.col[("L", v, t - 1)]: -1.0}
+                if ("R", v, t) in self.col:
+                    row[self.col[("R", v, t)]] = -1.0
+                self.rows.append((row, -np.inf, 0.0))
+        for v, ts in prob.clone_times.items():
+            for t in ts:
+                r = self.col[("R", v, t)]
+                for u in set(prob.operands(v)) | {v}:
+                    self.rows.append(({r: 1.0, self.col[("L", u, t)]: -1.0}, -np.inf, 0.0))
+        self.memory: list[dict[int, float]] = [{} for _ in prob.ops]
+        for v in prob.free:
+            for t in range(prob.born[v] + 1, prob.last[v] + 1):
+                self.memory[t][self.col[("L", v, t)]] = float(prob.nbytes[v])
+
+    def _var(self, key, lb: float, cost: float) -> None:
+        self.col[key] = len(self.lb)
+        self.lb.append(lb)
+        self.cost.append(cost)
+
+    def solve(self, budget: int | None, time_limit: float) -> tuple[Solution, np.ndarray | None]:
+        """Least recomputation within `budget`, or (None) the least model peak."""
+        from scipy.optimize import Bounds, LinearConstraint, milp
+        from scipy.sparse import coo_matrix
+        prob, n = self.prob, len(self.lb)
+        peak_col = n if budget is None else None
+        nv = n + (peak_col is not None)
+        cost = np.zeros(nv)
+        if peak_col is None:
+            cost[:n] = self.cost
+        else:
+            cost[peak_col] = 1.0
+        rows, cols, vals, lo, hi = [], [], [], [], []
+
+        def add(row: dict[int, float], a: float, b: float) -> None:
+            k = len(lo)
+            for c, x in row.items():
+                rows.append(k)
+                cols.append(c)
+                vals.append(x)
+            lo.append(a)
+            hi.append(b)
+        for row, a, b in self.rows:
+            add(row, a, b)
+        for t, row in enumerate(self.memory):
+            if peak_col is None:
+                add(row, -np.inf, float(budget - prob.fixed[t]))
+            else:
+                add({**row, peak_col: -1.0}, -np.inf, float(-prob.fixed[t]))
+        floor = float(max([prob.start_bytes] + prob.fixed))
+        lb = np.array(self.lb + ([floor] if peak_col is not None else []))
+        ub = np.ones(nv)
+        integrality = np.ones(nv)
+        if peak_col is not None:
+            ub[peak_col], integrality[peak_col] = np.inf, 0
+        cons = [LinearConstraint(coo_matrix((vals, (rows, cols)), shape=(len(lo), nv)).tocsr(),
+                                 lo, hi)] if lo else []
+        start = time.perf_counter()
+        res = milp(cost, integrality=integrality, bounds=Bounds(lb, ub), constraints=cons,
+                   options={"time_limit": time_limit, "disp": False})
+        sol = Solution(seconds=time.perf_counter() - start, variables=nv)
+        if res.x is None:
+            sol.status = "infeasible" if res.status == 2 else "no solution"
+            sol.optimal = res.status == 2
+            return sol, None
+        sol.optimal = res.status == 0
+        sol.status = "optimal" if sol.optimal else "time limit"
+        gap = getattr(res, "mip_gap", None)
+        sol.gap = 0.0 if sol.optimal or gap is None else float(gap)
+        x = np.round(res.x[:n]).astype(int)
+        for (kind, v, t), c in self.col.items():
+            if kind == "R" and x[c]:
+                sol.clones.setdefault(t, []).append(prob.born[v])
+        sol.model_peak = self.peak_of(x)
+        return sol, x
+
+    def peak_of(self, x: np.ndarray) -> int:
+        """The model peak of a (rounded) assignment, in exact integers."""
+        prob = self.prob
+        best = prob.start_bytes
+        for t, row in enumerate(self.memory):
+            held = sum(int(w) for c, w in row.items() if x[c])
+            best = max(best, prob.fixed[t] + held)
+        return best
+
+
+def solve(prob: Problem, budget: int | None, time_limit: float = DEFAULT_TIME_LIMIT) -> Solution:
+    """The clones of least FLOPs whose model peak fits `budget`; with `budget` None, the
+    least model peak (then the least FLOPs at that peak, in a second solve)."""
+    model = _Model(prob)
+    if budget is not None:
+        return model.solve(budget, time_limit)[0]
+    first, _ = model.solve(None, time_limit)
+    if not first.feasible:
+        return first
+    second, _ = model.solve(first.model_peak, time_limit)
+    if not second.feasible:   # time ran out before a cheaper schedule at that peak was found
+        return first
+    second.optimal = second.optimal and first.optimal
+    second.gap = max(second.gap, first.gap)
+    second.seconds += first.seconds
+    return second
