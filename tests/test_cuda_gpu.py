@@ -1,0 +1,170 @@
+"""CuPy against NumPy: every sample and every registry op (forward and adjoint programs,
+fused as for the GPU) within floating-point tolerance. Needs CuPy and a CUDA GPU:
+
+    python -m pytest -m cuda tests/test_cuda_gpu.py -q
+
+Without them the GPU tests skip; `test_op_programs_cover_the_registry` runs anywhere."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from adcompiler.cli_compile import compile_program
+from adcompiler.emit.cuda import ensure_fused, kernel_specs
+from adcompiler.frontend import compile_source
+from adcompiler.ops import registry
+from adcompiler.passes.reverse import Reverse
+from adc_runtime.executor import run_function
+from gradcheck import one_op_module
+import test_ops_nn
+import test_ops_shape
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+NAMES = sorted(p.stem for p in SAMPLES.glob("*.tdsl"))
+RNG = np.random.default_rng(7)
+
+
+def _rand(*shape, lo=None, hi=None):
+    if lo is None:
+        return RNG.standard_normal(shape)
+    return RNG.uniform(lo, hi, shape)
+
+
+POS = dict(lo=0.5, hi=2.0)
+UNIT = dict(lo=0.1, hi=0.9)
+FLOAT_UNARY = ["neg", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "abs", "sign", "sin",
+               "cos", "tanh", "sigmoid", "relu", "gelu", "softplus", "square", "reciprocal",
+               "round", "floor", "ceil"]
+
+
+def op_cases() -> list[tuple[str, list, dict]]:
+    """(op, args, attrs) for one-op programs; weights and adjoints are added around them."""
+    x, y = _rand(3, 4, **POS), _rand(4, **POS)
+    cases = [(name, [x], {}) for name in FLOAT_UNARY]
+    cases += [("leaky_relu", [_rand(3, 4)], {"slope": 0.2}),
+              ("clip", [_rand(3, 4), np.float64(-0.5), _rand(4, lo=0.1, hi=1.0)], {})]
+    for name in ("add", "sub", "mul", "div", "pow", "maximum", "minimum"):
+        cases.append((name, [x, y], {}))
+    for name in ("lt", "le", "gt", "ge", "eq", "ne"):
+        cases.append((name, [x, y], {}))
+    cases += [("where", [_rand(3, 4) > 0, x, y], {}),
+              ("bce", [_rand(3, 4, **UNIT), _rand(4, **UNIT)], {}),
+              ("bce_with_logits", [_rand(3, 4), _rand(3, 4, **UNIT)], {})]
+    for name in ("sum", "mean", "max", "min", "var", "logsumexp"):
+        cases += [(name, [_rand(3, 4)], {"axis": [1], "keepdims": False}),
+                  (name, [_rand(3, 4)], {"axis": None, "keepdims": True})]
+    a, b = _rand(3, 4), _rand(4, 5)
+    cases += [("matmul", [a, b], {}), ("matmul", [_rand(2, 3, 4), b], {}),
+              ("einsum", [a, b], {"spec": "ij,jk->ik"}), ("transpose", [a], {"perm": [1, 0]}),
+              ("zeros_like", [a], {}), ("ones_like", [a], {})]
+    cases += [(op, args, attrs) for op, args, attrs, _ in test_ops_shape.CASES]
+    cases += [(op, args, attrs) for op, args, attrs, _ in test_ops_nn.CASES]
+    return cases
+
+
+# constructors, casts and the ops only adjoints use, in one TDSL program and its gradient
+EXTRA = """\
+def f(x: f32[B, 3], W: f32[3, 3], ids: i64[2]) -> f32 {
+    h = x + zeros([3]) + ones([3]) * full([3], 2.0) + cast(arange(3), f32)
+    t = take(W, ids) @ transpose(h)
+    s = stack([h, tanh(h)], axis=0) + expand_dims(h, 0)
+    c = concat([h, sigmoid(h)], axis=1)
+    e = mse(h, tanh(h))
+    return mean(t) + mean(s) + var(c) + sum(stop_gradient(h) * h) + mean(one_hot(ids, 3)) + e
+}
+"""
+
+
+def programs():
+    """(label, module, function name, inputs) of every GPU comparison but the samples."""
+    out = []
+    for k, (op, args, attrs) in enumerate(op_cases()):
+        args = [np.asarray(a) for a in args]
+        module = test_ops_shape.build(op, args, attrs)
+        if all(t.is_float for t in module["f"].result_types):  # weighted sum, and its adjoint
+            module = one_op_module(op, args, attrs)
+        inputs = {f"a{j}": a for j, a in enumerate(args)}
+        inputs.update({a.name: RNG.standard_normal([int(d) for d in a.type.shape])
+                       for a in module["f"].args if a.name.startswith("w")})
+        wrt = tuple(f"a{j}" for j, a in enumerate(args) if a.dtype.kind == "f")
+        name = "f"
+        if wrt and module["f"].result_types[0].is_float:
+            module, name = Reverse(wrt=wrt, fn="f")(module), "f_grad"
+        out.append((f"{k}-{op}", module, name, inputs))
+    m = compile_source(EXTRA, "extra.tdsl")
+    m = Reverse(wrt=("x", "W"), fn="f")(m)
+    inputs = {"x": RNG.standard_normal((4, 3)).astype(np.float32),
+              "W": RNG.standard_normal((3, 3)).astype(np.float32), "ids": np.array([2, 0])}
+    out.append(("extra", m, "f_grad", inputs))
+    return out
+
+
+def test_op_programs_cover_the_registry():
+    seen = {op.name for _, m, name, _ in programs() for op in m[name].walk()}
+    for _, m, name, inputs in programs()[:3]:
+        run_function(m, name, inputs)  # the tables build runnable programs
+    assert set(registry.REGISTRY) - seen == set()
+
+
+# ---- on the GPU ------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cupy():
+    cp = pytest.importorskip("cupy")
+    try:
+        if cp.cuda.runtime.getDeviceCount() < 1:
+            pytest.skip("no CUDA GPU")
+    except Exception as e:  # no driver
+        pytest.skip(f"no usable CUDA GPU ({e})")
+    return cp
+
+
+def compare(cp, module, name, inputs, rtol, atol):
+    from adc_runtime.cuda import run_function as run_gpu
+    fused = ensure_fused(module)
+    want, _ = run_function(module, name, inputs)
+    got, stats = run_gpu(fused, name, inputs, kernel_specs(fused), cupy=cp)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        g = cp.asnumpy(g)
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+    assert stats["peak_bytes_measured"] > 0
+    return stats
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", NAMES)
+def test_sample_on_gpu_matches_numpy(cupy, name):
+    comp = compile_program(str(SAMPLES / f"{name}.tdsl"), "reverse")
+    data = json.loads((SAMPLES / f"{name}.json").read_text())
+    compare(cupy, comp.module, comp.run_name, data, rtol=2e-4, atol=1e-5)
+
+
+@pytest.mark.cuda
+def test_every_op_on_gpu_matches_numpy(cupy):
+    failures = []
+    for label, module, name, inputs in programs():
+        try:
+            with np.errstate(all="ignore"):
+                compare(cupy, module, name, inputs, rtol=1e-9, atol=1e-11)
+        except AssertionError as e:
+            failures.append(f"{label}: {str(e).splitlines()[0:3]}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.cuda
+def test_cli_run_on_cuda(cupy, capsys, tmp_path):
+    from adcompiler import cli
+    stats = tmp_path / "stats.json"
+    args = ["run", str(SAMPLES / "deep_mlp.tdsl"), "--inputs", str(SAMPLES / "deep_mlp.json"),
+            "--remat", "sqrt", "--stats-json", str(stats)]
+    assert cli.main(args + ["--device", "cuda", "--out", str(tmp_path / "gpu.npz")]) == 0
+    assert cli.main(args + ["--out", str(tmp_path / "cpu.npz")]) == 0
+    with np.load(tmp_path / "gpu.npz") as g, np.load(tmp_path / "cpu.npz") as c:
+        for k in c.files:
+            np.testing.assert_allclose(g[k], c[k], rtol=2e-4, atol=1e-6)
+    assert "peak device memory (measured)" in capsys.readouterr().out
