@@ -31,9 +31,18 @@ def size_dims(fn, dims: dict) -> tuple[dict, list[str]]:
 
 def apply_remat(module, run_name: str, policy: str, dims: dict) -> tuple:
     """Schedule the compiled adjoint `run_name` of `module` (after ``reverse`` and ``dce``).
-    Returns (module, stats dict, notes)."""
+    Returns (module, stats dict, notes).
+
+    The sizes in `dims` (``--bind``, and in ``adc run`` the shapes of the inputs) are
+    substituted into a copy of the module first, so that loops whose trip count is a bound
+    symbol get a schedule. Sizes that nothing binds only size the report: ``adc compile``
+    keeps them symbolic, and their loops unscheduled."""
+    from .cli_dtype import bind_dims
+    from .passes.clone import clone_module
     from .remat.explain import remat_stats
     from .remat.schedule import schedule
+    if dims and policy != "none":
+        module = bind_dims(clone_module(module), dims)
     env, notes = size_dims(module[run_name], dims)
     sched = schedule(module, policy, run_name, env)
     return sched.module, remat_stats(module, sched, env), notes

@@ -79,3 +79,24 @@ def test_cli_remat_curve(tmp_path, capsys):
         assert r["peak_bytes_measured"] == r["peak_bytes_predicted"] <= r["budget"]
     fractions = [r["recompute_fraction"] for r in rows]
     assert fractions == sorted(fractions, reverse=True)
+
+
+def test_symbolic_trip_count_bound_from_the_inputs(tmp_path):
+    # compiled without --bind, T stays symbolic in the IR; the inputs (T = 6) fix it
+    comp, inputs, dims = load("rnn")
+    assert dims == {"T": 6}
+    ref, _ = run_function(comp.module, comp.run_name, inputs, dims=dims)
+    module, stats, _ = apply_remat(comp.module, comp.run_name, "sqrt", dims)
+    assert stats["loops"][0]["steps"] == 6 and stats["loops"][0]["recomputed_steps"] == 4
+    outs, run_stats = run_function(module, comp.run_name, inputs, dims=dims)
+    assert all(np.array_equal(a, b) for a, b in zip(outs, ref))
+    assert run_stats["peak_bytes"] == stats["peak_bytes_predicted"]
+    # adc compile without --bind leaves the loop as it is, and says why
+    _, stats, _ = apply_remat(comp.module, comp.run_name, "sqrt", {})
+    assert not stats["loops"] and "symbolic" in stats["notes"][0]
+    out = tmp_path / "s.json"
+    assert cli.main(["run", str(SAMPLES / "rnn.tdsl"), "--inputs", str(SAMPLES / "rnn.json"),
+                     "--remat", "sqrt", "--stats-json", str(out)]) == 0
+    stats = json.loads(out.read_text())
+    assert stats["loops"][0]["recomputed_steps"] == 4
+    assert stats["peak_bytes_measured"] == stats["peak_bytes_predicted"]
