@@ -11,9 +11,10 @@ Conventions at kinks and singular points (tests check each):
 * ``clip(x, lo, hi)`` passes the cotangent to `x` where ``lo <= x <= hi`` (bounds inclusive),
   to `lo` where ``x < lo`` and to `hi` where ``x > hi`` (bounds with ``lo > hi`` are not
   supported);
-* ``pow(a, b)``: ``d/da = b * a**(b-1)`` and ``d/db = log(a) * a**b`` with ``log(a)`` read as 0
-  where ``a == 0`` (as JAX), so ``0**b`` has a zero `b`-derivative; a negative base gives NaN
-  for ``d/db`` (the logarithm is undefined there);
+* ``pow(a, b)``: ``d/da = b * a**(b-1)``, read as 0 where ``b == 0`` (as PyTorch and JAX),
+  and ``d/db = log(a) * a**b`` with ``log(a)`` read as 0 where ``a == 0`` (as JAX), so
+  ``0**b`` has a zero `b`-derivative; a negative base gives NaN for ``d/db`` (the logarithm
+  is undefined there);
 * ``round floor ceil sign`` and comparisons have derivative 0 (trait ``no_grad``).
 """
 from __future__ import annotations
@@ -184,7 +185,13 @@ def _pow_db(b, a, bb, y, g):
 
 
 def _pow_da(b, a, bb, y, g):
-    pw = b.emit("pow", a, b.emit("sub", bb, _c(b, 1.0, bb)))
+    # b * a**(b-1) is 0 * 0**-1 = NaN at a == b == 0, where a**0 = 1 has derivative 0 (as
+    # PyTorch and JAX): the base is read as 1 there. Elsewhere the rule and its own
+    # derivatives (d/db included, for second order) are untouched.
+    zero = _c(b, 0.0, a)
+    safe = b.emit("where", b.emit("eq", a, zero),
+                  b.emit("where", b.emit("eq", bb, _c(b, 0.0, bb)), _c(b, 1.0, a), a), a)
+    pw = b.emit("pow", safe, b.emit("sub", bb, _c(b, 1.0, bb)))
     return b.emit("mul", g, b.emit("mul", bb, pw))
 
 
