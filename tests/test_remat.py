@@ -162,3 +162,21 @@ def test_stats_keys():
     kinds = {v["kind"] for v in stats["stored_values"]}
     assert kinds == {"checkpoint", "residual"}
     assert stats["recomputed_values"][0]["steps"] == 14  # t(8, 2): r = 3, 24 - binom(5, 3)
+
+
+def test_recompute_loops_are_marked_and_verify():
+    m = adjoint(residual_mlp(8, 2, 2), ["W", "b"])
+    out = schedule(m, "revolve:2").module
+    verify(out)
+    loops = [op for op in out["f_grad"].body.ops if op.name == "for"]
+    marked = [op for op in loops if op.attrs.get("recompute")]
+    # the forward sweep (primal) and the reverse loops stay unmarked; advances and
+    # re-recordings in the reverse sweep are marked, their bodies too
+    assert marked and len(marked) < len(loops)
+    assert not any(op.attrs["reverse"] for op in marked)
+    assert all(o.attrs.get("recompute") for op in marked for o in op.regions[0].ops[:-1])
+    text = print_module(out)
+    assert print_module(parse_module(text)) == text
+    marked[0].attrs["unrolled"] = True
+    with pytest.raises(AdcError, match="needs exactly the attrs"):
+        verify(out)

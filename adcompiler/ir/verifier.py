@@ -184,7 +184,8 @@ class _Checker:
 
     def for_op(self, op: Op) -> None:
         n, nc, rev = op.attrs.get("n"), op.attrs.get("n_carry"), op.attrs.get("reverse")
-        if set(op.attrs) != {"n", "n_carry", "reverse"} or not isinstance(n, (int, str)) \
+        if set(op.attrs) - ANNOTATION_ATTRS != {"n", "n_carry", "reverse"} \
+                or not isinstance(n, (int, str)) \
                 or isinstance(n, bool) or not isinstance(nc, int) or isinstance(nc, bool) \
                 or not isinstance(rev, bool):
             self.fail(op, "needs exactly the attrs n (dim), n_carry (int), reverse (bool)")

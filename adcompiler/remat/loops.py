@@ -69,7 +69,7 @@ def find_loop_pairs(fn: Function) -> list[LoopPair]:
 
 def _mark(op: Op) -> None:
     for o in op.walk():
-        if o.name not in ("for", "yield"):
+        if o.name != "yield":
             o.attrs["recompute"] = True
 
 
