@@ -56,6 +56,10 @@ def _gen(kind, shape, rng):
         return rng.integers(-2, 3, shape) * 0.5
     if kind == "wide":                  # gelu, softplus, sigmoid over a wide range
         return rng.uniform(-15.0, 15.0, shape)
+    if kind == "huge":                  # magnitudes up to 1e4 (spec §5) mixed with small ones
+        x = rng.choice([-1.0, 1.0], shape) * rng.uniform(1e3, 1e4, shape)
+        x.flat[::2] = rng.standard_normal(x.size)[::2]
+        return x
     if kind == "simplex":               # probability rows along the last axis
         p = rng.uniform(0.1, 1.0, shape)
         return p / p.sum(axis=-1, keepdims=True)
@@ -236,6 +240,11 @@ CASES = [
     Case("clip_tensor", "clip(x, lo, hi)",
          {"x": ((2, 3), "ties"), "lo": ((3,), np.array([-0.5, 0.0, -1.0])),
           "hi": ((), np.array(0.5))},
+         lambda t: torch.clamp(t["x"], t["lo"], t["hi"])),
+    # lo > hi: the result is hi, which gets the whole gradient (torch.clamp agrees)
+    Case("clip_crossed", "clip(x, lo, hi)",
+         {"x": ((2, 3), "ties"), "lo": ((3,), np.array([0.5, 0.0, 1.0])),
+          "hi": ((3,), np.array([-0.5, 0.5, 0.0]))},
          lambda t: torch.clamp(t["x"], t["lo"], t["hi"])),
     Case("clip_literal", "clip(x, -0.5, 0.5)", {"x": ((3, 4), "ties")},
          lambda t: torch.clamp(t["x"], -0.5, 0.5)),
@@ -449,6 +458,9 @@ CASES = [
     Case("take_ax_neg", "take(tab, idx, -1)",
          {"tab": ((2, 3, 4), "n"), "idx": ((3,), np.array([3, 0, 3]))},
          lambda t: take_ref(t["tab"], t["idx"], -1)),
+    Case("take_negative_idx", "take(tab, idx)",       # NumPy's take wraps negatives
+         {"tab": ((5, 3), "n"), "idx": ((3,), np.array([-1, 0, -1]))},
+         lambda t: take_ref(t["tab"], t["idx"])),
     Case("take_scalar_idx", "take(tab, idx)", {"tab": ((5, 3), "n"), "idx": ((), "int:5")},
          lambda t: take_ref(t["tab"], t["idx"])),
     Case("one_hot", "one_hot(idx, 4, dtype={T}) * a",
@@ -456,6 +468,23 @@ CASES = [
          lambda t: F.one_hot(t["idx"], 4).to(t["a"].dtype) * t["a"]),
     Case("one_hot_i64", "one_hot(idx, 4, dtype=i64)", {"idx": ((2, 3), "int:4")},
          lambda t: F.one_hot(t["idx"], 4), modes=("fwd",)),
+    # ---- finite values and derivatives at magnitudes up to 1e4 (spec §5), f32 included
+    unary("huge_sigmoid", "sigmoid(a)", torch.sigmoid, "huge", (3, 4)),
+    unary("huge_softplus", "softplus(a)", F.softplus, "huge", (3, 4)),
+    unary("huge_logsumexp", "logsumexp(a, axis=1)", lambda x: torch.logsumexp(x, 1),
+          "huge", (3, 4)),
+    unary("huge_softmax", "softmax(a)", lambda x: torch.softmax(x, -1), "huge", (3, 4)),
+    unary("huge_log_softmax", "log_softmax(a, axis=0)", lambda x: torch.log_softmax(x, 0),
+          "huge", (3, 4)),
+    Case("huge_ce", "cross_entropy(z, y)", {"z": ((3, 4), "huge"), "y": ((3,), "int:4")},
+         lambda t: ce_ref(t["z"], t["y"])),
+    Case("huge_ce_prob", "cross_entropy(z, p)", {"z": ((3, 4), "huge"),
+                                                 "p": ((3, 4), "simplex")},
+         lambda t: ce_ref(t["z"], t["p"])),
+    Case("huge_bce_with_logits", "bce_with_logits(z, y)", {"z": ((3, 4), "huge"),
+                                                           "y": ((3, 4), "unit")},
+         lambda t: F.binary_cross_entropy_with_logits(t["z"], t["y"], reduction="none")),
+    unary("huge_gelu", "gelu(a)", gelu_ref, "huge", (3, 4)),
     # ---- derivatives, dtype
     binary("stop_gradient", "stop_gradient(a) * b + a * stop_gradient(a)",
            lambda a, b: a.detach() * b + a * a.detach(), (2, 3), (3,)),

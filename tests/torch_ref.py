@@ -24,13 +24,24 @@ _counter = itertools.count()
 def adc_run(workdir: Path, src: str, mode: str, inputs: Mapping[str, np.ndarray], *,
             tangents: Mapping[str, np.ndarray] | None = None, dtype: str | None = None,
             fn: str | None = None, wrt: list[str] | None = None) -> dict[str, np.ndarray]:
-    """``adc run PROG --mode MODE --inputs IN.npz [--tangents T.npz] --out OUT.npz``;
-    returns OUT.npz as a dict. A nonzero exit status fails with adc's stderr."""
+    """``adc run PROG --mode MODE --inputs IN.npz [--tangents T.npz] --out OUT.npz`` for the
+    TDSL text `src`; returns OUT.npz as a dict."""
     k = next(_counter)
-    prog, inp, out = (workdir / f"p{k}.tdsl", workdir / f"in{k}.npz", workdir / f"out{k}.npz")
+    prog, inp = workdir / f"p{k}.tdsl", workdir / f"in{k}.npz"
     prog.write_text(src)
     np.savez(inp, **inputs)
-    argv = ["run", str(prog), "--mode", mode, "--inputs", str(inp), "--out", str(out)]
+    return adc_run_file(workdir, prog, mode, inp, tangents=tangents, dtype=dtype, fn=fn,
+                        wrt=wrt)
+
+
+def adc_run_file(workdir: Path, prog, mode: str, inputs_file, *,
+                 tangents: Mapping[str, np.ndarray] | None = None, dtype: str | None = None,
+                 fn: str | None = None, wrt: list[str] | None = None) -> dict[str, np.ndarray]:
+    """``adc run`` on a program file and an inputs file (.npz or .json); a nonzero exit
+    status fails with adc's stderr."""
+    k = next(_counter)
+    out = workdir / f"out{k}.npz"
+    argv = ["run", str(prog), "--mode", mode, "--inputs", str(inputs_file), "--out", str(out)]
     if tangents is not None:
         tpath = workdir / f"t{k}.npz"
         np.savez(tpath, **tangents)
@@ -44,7 +55,7 @@ def adc_run(workdir: Path, src: str, mode: str, inputs: Mapping[str, np.ndarray]
     err = io.StringIO()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
         rc = adc_main(argv)
-    assert rc == 0, f"adc {' '.join(argv)} exited {rc}:\n{err.getvalue()}\n{src}"
+    assert rc == 0, f"adc {' '.join(argv)} exited {rc}:\n{err.getvalue()}"
     with np.load(out) as z:
         return {key: z[key] for key in z.files}
 

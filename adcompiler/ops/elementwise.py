@@ -9,8 +9,8 @@ Conventions at kinks and singular points (tests check each):
 * ``leaky_relu'(x) = 1`` for ``x > 0`` else `slope`, so ``leaky_relu'(0) = slope`` (as PyTorch);
 * ``maximum``/``minimum`` give each of two tied arguments half the cotangent;
 * ``clip(x, lo, hi)`` passes the cotangent to `x` where ``lo <= x <= hi`` (bounds inclusive),
-  to `lo` where ``x < lo`` and to `hi` where ``x > hi`` (bounds with ``lo > hi`` are not
-  supported);
+  to `lo` where ``x < lo`` and to `hi` where ``x > hi``; where ``lo > hi`` the result is `hi`
+  (as NumPy's minimum(maximum(x, lo), hi)) and `hi` gets the whole cotangent (as PyTorch);
 * ``pow(a, b)``: ``d/da = b * a**(b-1)``, read as 0 where ``b == 0`` (as PyTorch and JAX),
   and ``d/db = log(a) * a**b`` with ``log(a)`` read as 0 where ``a == 0`` (as JAX), so
   ``0**b`` has a zero `b`-derivative; a negative base gives NaN for ``d/db`` (the logarithm
@@ -155,10 +155,14 @@ def _clip_vjp(b, op, ct):
     x, lo, hi = op.operands
     g, zero = ct[0], _c(b, 0.0, ct[0])
     below, above = b.emit("lt", x, lo), b.emit("gt", x, hi)
+    # with lo > hi the result is hi everywhere (min(max(x, lo), hi)): hi takes it all
+    crossed = b.emit("gt", lo, hi) if lo.type.is_float or hi.type.is_float else None
     return [b.emit("where", below, zero, b.emit("where", above, zero, g))
             if x.type.is_float else None,
-            b.emit("where", below, g, zero) if lo.type.is_float else None,
-            b.emit("where", above, g, zero) if hi.type.is_float else None]
+            b.emit("where", below, b.emit("where", crossed, zero, g), zero)
+            if lo.type.is_float else None,
+            b.emit("where", above, g, b.emit("where", crossed, g, zero))
+            if hi.type.is_float else None]
 
 
 register("clip", _broadcast("clip"), operands=("x", "lo", "hi"), traits=EW, vjp=_clip_vjp)
@@ -356,4 +360,7 @@ def _clip_jvp(b, op, tangents):
     zero = _c(b, 0.0, op.result)
     below, above = b.emit("lt", x, lo), b.emit("gt", x, hi)
     inside = b.emit("where", above, zero if thi is None else thi, zero if tx is None else tx)
-    return [b.emit("where", below, zero if tlo is None else tlo, inside)]
+    low = zero if tlo is None else tlo
+    if tlo is not None or thi is not None:  # lo > hi: the result is hi (see _clip_vjp)
+        low = b.emit("where", b.emit("gt", lo, hi), zero if thi is None else thi, low)
+    return [b.emit("where", below, low, inside)]
