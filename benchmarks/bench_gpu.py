@@ -1,0 +1,366 @@
+"""Time the forward pass and the gradient of the benchmark models with adc and its peers.
+
+    python benchmarks/bench_gpu.py                    # on one GPU, full sizes
+    python benchmarks/bench_gpu.py --cpu --steps 2    # small sizes on the CPU (smoke test)
+
+Models (benchmarks/models/*.tdsl, and the same models in peers.py): an MLP (batch 512,
+1024-4096-4096-1024), a transformer block (batch 16, sequence 512, width 768, 12 heads) and
+the 64-layer residual MLP (width 1024, batch 512), all float32; adc runs the last one under
+remat ``none`` and ``sqrt``. Peers, where installed: PyTorch eager, ``torch.compile`` and
+``jax.jit`` (of the loss and of ``jax.grad``). TF32 is off everywhere
+(NVIDIA_TF32_OVERRIDE=0, CUPY_TF32=0, torch's allow_tf32 flags, JAX highest precision).
+
+Each runner does its warm-up steps first (compilation happens there and is reported apart as
+"compile s": adc's pass pipeline and kernel builds, torch.compile's and XLA's compilation),
+then times `--repeats` blocks of `--steps` steps between two CUDA events (JAX: wall clock
+after block_until_ready, since it runs on its own streams) and reports the median per step.
+Peak memory: adc, a MemoryHook on CuPy's pool during one step plus the resident inputs;
+PyTorch, max_memory_allocated after a reset; JAX, the device's peak_bytes_in_use (not
+resettable, so the largest of anything run so far). On the CPU, adc reports its live-byte
+accounting and the peers no memory.
+
+The table (Markdown) is printed and written to `--out`.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# before any framework is imported: float32 matmuls in full precision everywhere
+os.environ.setdefault("NVIDIA_TF32_OVERRIDE", "0")
+os.environ.setdefault("CUPY_TF32", "0")
+os.environ.setdefault("JAX_DEFAULT_MATMUL_PRECISION", "highest")
+
+import numpy as np  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import peers  # noqa: E402
+
+FULL = {
+    "mlp": dict(B=512, D0=1024, D1=4096, D2=4096, D3=1024),
+    "transformer_block": dict(B=16, T=512, D=768, H=12, K=64, F=3072),
+    "deep_mlp": dict(B=512, D=1024, L=64),
+}
+SMALL = {
+    "mlp": dict(B=8, D0=16, D1=32, D2=32, D3=16),
+    "transformer_block": dict(B=2, T=8, D=16, H=2, K=8, F=32),
+    "deep_mlp": dict(B=4, D=8, L=16),
+}
+REMAT = {"deep_mlp": ("none", "sqrt")}
+
+
+@dataclass
+class Row:
+    model: str
+    runner: str
+    fwd_ms: float | None = None
+    grad_ms: float | None = None
+    compile_s: float | None = None
+    peak_bytes: int | None = None
+    note: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+# ---- inputs --------------------------------------------------------------------------
+
+def load(model: str, sizes: dict, mode: str):
+    from adcompiler.cli_compile import compile_program
+    return compile_program(str(HERE / "models" / f"{model}.tdsl"), mode, bind=sizes)
+
+
+def make_inputs(fn, sizes: dict, seed: int = 0) -> dict[str, np.ndarray]:
+    """float32 inputs: x ~ N(0, 1); weights scaled by 1/sqrt(fan-in); layernorm gains ~ 1."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for a in fn.args:
+        shape = tuple(d if isinstance(d, int) else sizes[d] for d in a.type.shape)
+        x = rng.standard_normal(shape)
+        if len(shape) >= 2 and a.name != "x":
+            x *= 0.5 / np.sqrt(shape[-2])
+        elif len(shape) == 1:
+            x = (1.0 if a.name.startswith("g") else 0.0) + 0.1 * x
+        out[a.name] = x.astype(np.float32)
+    return out
+
+
+# ---- timing --------------------------------------------------------------------------
+
+class Clock:
+    """Median time per step: CUDA events (`event()` makes one) or the wall clock."""
+
+    def __init__(self, steps: int, repeats: int, warmup: int, event=None, sync=None):
+        self.steps, self.repeats, self.warmup = steps, repeats, warmup
+        self.event, self.sync = event, sync or (lambda: None)
+
+    def warm(self, step) -> float:
+        """Run the warm-up steps; returns the seconds they took (compilation included)."""
+        t0 = time.perf_counter()
+        for _ in range(self.warmup):
+            step()
+        self.sync()
+        return time.perf_counter() - t0
+
+    def time(self, step) -> float:
+        """Milliseconds per step (median over the repeats)."""
+        per = []
+        for _ in range(self.repeats):
+            if self.event is not None:
+                start, end = self.event(), self.event()
+                start.record()
+                for _ in range(self.steps):
+                    step()
+                end.record()
+                end.synchronize()
+                per.append(self._elapsed(start, end) / self.steps)
+            else:
+                t0 = time.perf_counter()
+                for _ in range(self.steps):
+                    step()
+                self.sync()
+                per.append((time.perf_counter() - t0) * 1e3 / self.steps)
+        return statistics.median(per)
+
+    @staticmethod
+    def _elapsed(start, end) -> float:
+        if hasattr(start, "elapsed_time"):  # torch.cuda.Event
+            return start.elapsed_time(end)
+        import cupy
+        return cupy.cuda.get_elapsed_time(start, end)
+
+
+# ---- adc -----------------------------------------------------------------------------
+
+def run_adc(model: str, sizes: dict, remat: str, clock_for, gpu: bool) -> Row:
+    from adcompiler.cli_remat import apply_remat
+    from adcompiler.emit.cuda import ensure_fused, kernel_specs
+    from adc_runtime.executor import Executor
+    t0 = time.perf_counter()
+    fwd, grad = load(model, sizes, "forward"), load(model, sizes, "reverse")
+    if remat != "none":
+        grad.module, _, _ = apply_remat(grad.module, grad.run_name, remat, sizes)
+    programs = {}
+    for kind, comp in (("fwd", fwd), ("grad", grad)):
+        module = ensure_fused(comp.module) if gpu else comp.module
+        programs[kind] = (module, comp.run_name)
+    compile_s = time.perf_counter() - t0
+    inputs = make_inputs(fwd.primal, sizes)
+    label = "adc" + (f" remat={remat}" if model in REMAT else "")
+    if gpu:
+        import cupy as cp
+        from adc_runtime.cuda import CudaExecutor, peak_memory_hook
+        arrays = {k: cp.asarray(v) for k, v in inputs.items()}
+        resident = sum(a.nbytes for a in arrays.values())
+        clock = clock_for("cupy")
+
+        def stepper(kind):
+            module, name = programs[kind]
+            fn = module[name]
+            ex = CudaExecutor(module, cp, {}, kernel_specs(module))
+            args = [arrays[a.name] for a in fn.args]
+            return lambda: ex.call(fn, args)
+    else:
+        clock = clock_for(None)
+
+        def stepper(kind):
+            module, name = programs[kind]
+            fn = module[name]
+            ex = Executor(module, np, {})
+            args = [inputs[a.name] for a in fn.args]
+            return lambda: ex.call(fn, args)
+
+    row = Row(model, label)
+    steps = {kind: stepper(kind) for kind in ("fwd", "grad")}
+    compile_s += clock.warm(steps["fwd"]) + clock.warm(steps["grad"])
+    row.compile_s = compile_s
+    row.fwd_ms, row.grad_ms = clock.time(steps["fwd"]), clock.time(steps["grad"])
+    if gpu:
+        hook = peak_memory_hook(cp)
+        with hook:
+            steps["grad"]()
+            cp.cuda.get_current_stream().synchronize()
+        row.peak_bytes = resident + hook.peak
+    else:
+        module, name = programs["grad"]
+        ex = Executor(module, np, {})
+        ex.call(module[name], [inputs[a.name] for a in module[name].args])
+        row.peak_bytes = ex.peak
+    return row
+
+
+# ---- peers ---------------------------------------------------------------------------
+
+def run_torch(model: str, sizes: dict, compiled: bool, clock_for, gpu: bool) -> Row:
+    import torch
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    dev = "cuda" if gpu else "cpu"
+    fwd = load(model, sizes, "forward")
+    params = set(fwd.primal.params) or {a.name for a in fwd.primal.args}
+    names = [a.name for a in fwd.primal.args]
+    inputs = make_inputs(fwd.primal, sizes)
+    ts = [torch.tensor(inputs[n], device=dev, requires_grad=n in params) for n in names]
+    wrt = [t for n, t in zip(names, ts) if n in params]
+    ops = peers.torch_ops()
+    loss = lambda *a: peers.MODELS[model](ops, *a)  # noqa: E731
+    t0 = time.perf_counter()
+    if compiled:
+        loss = torch.compile(loss)
+    clock = clock_for("torch")
+
+    def fwd_step():
+        with torch.no_grad():
+            return loss(*ts)
+
+    def grad_step():
+        return torch.autograd.grad(loss(*ts), wrt)
+
+    row = Row(model, "torch.compile" if compiled else "torch eager")
+    warm = clock.warm(fwd_step) + clock.warm(grad_step)
+    row.compile_s = (time.perf_counter() - t0) if compiled else None
+    row.extra["warm_s"] = warm
+    row.fwd_ms, row.grad_ms = clock.time(fwd_step), clock.time(grad_step)
+    if gpu:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        grad_step()
+        torch.cuda.synchronize()
+        row.peak_bytes = torch.cuda.max_memory_allocated()
+    return row
+
+
+def run_jax(model: str, sizes: dict, clock_for, gpu: bool) -> Row:
+    import jax
+    import jax.numpy as jnp
+    fwd = load(model, sizes, "forward")
+    params = set(fwd.primal.params) or {a.name for a in fwd.primal.args}
+    names = [a.name for a in fwd.primal.args]
+    inputs = make_inputs(fwd.primal, sizes)
+    xs = [jnp.asarray(inputs[n]) for n in names]
+    argnums = tuple(k for k, n in enumerate(names) if n in params)
+    ops = peers.jax_ops()
+    loss = lambda *a: peers.MODELS[model](ops, *a)  # noqa: E731
+    t0 = time.perf_counter()
+    f, g = jax.jit(loss), jax.jit(jax.grad(loss, argnums=argnums))
+    clock = clock_for("jax")
+    fwd_step = lambda: f(*xs).block_until_ready()  # noqa: E731
+    grad_step = lambda: jax.block_until_ready(g(*xs))  # noqa: E731
+    clock.warm(fwd_step)
+    clock.warm(grad_step)
+    row = Row(model, "jax.jit", compile_s=time.perf_counter() - t0)
+    row.fwd_ms, row.grad_ms = clock.time(fwd_step), clock.time(grad_step)
+    if gpu:
+        stats = jax.devices()[0].memory_stats() or {}
+        row.peak_bytes = stats.get("peak_bytes_in_use")
+        row.note = "peak since start"
+    return row
+
+
+def installed(module: str) -> bool:
+    import importlib.util
+    return importlib.util.find_spec(module) is not None
+
+
+# ---- the table -----------------------------------------------------------------------
+
+def _f(x, fmt):
+    return "-" if x is None else format(x, fmt)
+
+
+def _ratio(a, b):
+    return "-" if a is None or b is None or not b else f"{a / b:.2f}"
+
+
+def table(rows: list[Row]) -> str:
+    head = ("| model | runner | forward ms | gradient ms | grad / fwd | compile s | peak MiB "
+            "| adc grad / this | adc peak / this |")
+    lines = [head, "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for model in dict.fromkeys(r.model for r in rows):
+        group = [r for r in rows if r.model == model]
+        adc = next((r for r in group if r.runner.startswith("adc")), None)
+        for r in group:
+            mine = r.runner.startswith("adc")
+            peak = None if r.peak_bytes is None else r.peak_bytes / 2**20
+            lines.append(
+                f"| {model} | {r.runner} | {_f(r.fwd_ms, '.3f')} | {_f(r.grad_ms, '.3f')} | "
+                f"{_ratio(r.grad_ms, r.fwd_ms)} | {_f(r.compile_s, '.2f')} | "
+                f"{_f(peak, '.3f')}{' (' + r.note + ')' if r.note else ''} | "
+                f"{'-' if mine else _ratio(adc and adc.grad_ms, r.grad_ms)} | "
+                f"{'-' if mine else _ratio(adc and adc.peak_bytes, r.peak_bytes)} |")
+    return "\n".join(lines)
+
+
+def header(gpu: bool, args) -> str:
+    if gpu:
+        import cupy
+        props = cupy.cuda.runtime.getDeviceProperties(0)
+        name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+        where = f"GPU: {name}"
+    else:
+        where = f"CPU: {platform.processor() or platform.machine()} (small sizes)"
+    versions = [f"numpy {np.__version__}"]
+    for mod in ("cupy", "torch", "jax"):
+        if installed(mod):
+            versions.append(f"{mod} {__import__(mod).__version__}")
+    return (f"Benchmark of {datetime.date.today().isoformat()}, {where}; float32, TF32 off; "
+            f"median of {args.repeats} x {args.steps} steps after {args.warmup} warm-up "
+            f"steps; {', '.join(versions)}. adc's peak memory row is the gradient step.\n")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--cpu", action="store_true", help="small sizes on the CPU (NumPy, "
+                   "torch CPU): exercises the script without a GPU")
+    p.add_argument("--steps", type=int, default=20, help="steps per timed block (default 20)")
+    p.add_argument("--repeats", type=int, default=5, help="timed blocks (default 5)")
+    p.add_argument("--warmup", type=int, default=3, help="warm-up steps (default 3)")
+    p.add_argument("--models", default="mlp,transformer_block,deep_mlp")
+    p.add_argument("--runners", default="adc,torch,torch.compile,jax",
+                   help="which runners (those not installed are skipped)")
+    p.add_argument("--out", default=str(HERE / "results.md"), help="Markdown file to write")
+    args = p.parse_args(argv)
+    gpu = not args.cpu
+    sizes_of = SMALL if args.cpu else FULL
+    runners = set(args.runners.split(","))
+
+    def clock_for(kind):
+        if gpu and kind == "cupy":
+            import cupy
+            return Clock(args.steps, args.repeats, args.warmup, cupy.cuda.Event,
+                         lambda: cupy.cuda.get_current_stream().synchronize())
+        if gpu and kind == "torch":
+            import torch
+            return Clock(args.steps, args.repeats, args.warmup,
+                         lambda: torch.cuda.Event(enable_timing=True), torch.cuda.synchronize)
+        return Clock(args.steps, args.repeats, args.warmup)
+
+    rows: list[Row] = []
+    for model in args.models.split(","):
+        sizes = sizes_of[model]
+        if "adc" in runners:
+            for remat in REMAT.get(model, ("none",)):
+                rows.append(run_adc(model, sizes, remat, clock_for, gpu))
+        if installed("torch"):
+            if "torch" in runners:
+                rows.append(run_torch(model, sizes, False, clock_for, gpu))
+            if "torch.compile" in runners and gpu:  # on the CPU it needs a C++ toolchain
+                rows.append(run_torch(model, sizes, True, clock_for, gpu))
+        if installed("jax") and "jax" in runners:
+            rows.append(run_jax(model, sizes, clock_for, gpu))
+        print(f"done: {model}", file=sys.stderr)
+    text = header(gpu, args) + "\n" + table(rows) + "\n"
+    print(text)
+    Path(args.out).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
