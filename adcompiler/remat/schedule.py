@@ -185,5 +185,5 @@ def _note_skipped(f: Function, sched: Schedule) -> None:
     for op in f.body.ops:
         if op.name == "for" and op.attrs["reverse"] and not isinstance(op.attrs["n"], int):
             sched.notes.append(f"loop at {op.loc}: trip count {op.attrs['n']} is symbolic; "
-                               f"its residuals are stored in full (adc compile: bind it with --bind; "
-                              f"adc run binds it from the inputs)")
+                               f"its residuals are stored in full (adc compile: bind it "
+                               f"with --bind; adc run binds it from the inputs)")
