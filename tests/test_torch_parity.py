@@ -30,6 +30,9 @@ F = torch.nn.functional
 from torch_ref import (NP_DTYPES, adc_run, assert_close, to_torch,  # noqa: E402
                        torch_hvp, torch_jvp, torch_value_and_grad)
 
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:`torch.jit.script` is deprecated:DeprecationWarning",  # inside torch.func.jvp
+    "ignore:invalid value encountered:RuntimeWarning")               # NaN cases (pow)
 torch.set_num_threads(1)  # tiny tensors: thread start-up costs more than it saves
 
 
@@ -265,6 +268,10 @@ CASES = [
     Case("pow_negative_base_db", "a ** b", {"a": ((2, 3), "nz"),
                                             "b": ((3,), np.array([2.0, 3.0, -1.0]))},
          lambda t: t["a"] ** t["b"], modes=("rev64", "rev32", "jvp")),
+    Case("pow_int_exponent", "a ** n", {"a": ((2, 3), "nz"), "n": ((3,), np.array([0, 2, 3]))},
+         lambda t: t["a"] ** t["n"]),
+    Case("pow_int_base", "n ** a", {"n": ((3,), np.array([2, 3, 1])), "a": ((2, 3), "n")},
+         lambda t: t["n"] ** t["a"]),
     unary("pow_literal_2", "a ** 2", lambda x: x ** 2, "kink"),
     unary("pow_literal_3", "a ** 3", lambda x: x ** 3, "n"),
     unary("pow_literal_half", "a ** 0.5", lambda x: x ** 0.5, "pos"),
@@ -315,6 +322,10 @@ CASES = [
                            ("ax02k", ", axis=[0, 2], keepdims=true",
                             dict(dim=(0, 2), keepdim=True)),
                            ("ax1k", ", 1, true", dict(dim=1, keepdim=True))]],
+    Case("sum_axes_neg", "sum(x, axis=[-1, 0])", {"x": ((2, 3, 4), "n")},
+         lambda t: t["x"].sum(dim=(-1, 0))),
+    Case("max_all_keep", "max(x, keepdims=true)", {"x": ((2, 3, 4), "ties")},
+         lambda t: torch.amax(t["x"], dim=(0, 1, 2), keepdim=True)),
     # var is the population variance: torch's correction=0
     *[Case(f"var_{tag}", f"var(x{opt})", {"x": ((2, 3, 4), "n")},
            (lambda kw: lambda t: torch.var(t["x"], correction=0, **kw))(kw))
@@ -353,6 +364,8 @@ CASES = [
           ("ijk,ik->j", "ab", [(2, 3, 4), (2, 4)]),
           ("ij,jk,kl->il", "abc", [(2, 3), (3, 4), (4, 2)]),
           ("ij,jk->i", "ab", [(2, 3), (3, 4)]),
+          ("ij,jk->ki", "ab", [(2, 3), (3, 4)]),
+          ("bi,bi->b", "ab", [(3, 4), (3, 4)]),
       ])],
     # ---- shape
     unary("reshape", "reshape(a, [3, -1])", lambda x: x.reshape(3, -1), "n", (2, 3, 2)),
@@ -440,6 +453,9 @@ CASES = [
     Case("layernorm", "layernorm(x, g, b)", {"x": ((2, 3, 4), "n"), "g": ((4,), "n"),
                                              "b": ((4,), "n")},
          lambda t: F.layer_norm(t["x"], (4,), t["g"], t["b"])),
+    Case("layernorm_1d", "layernorm(x, g, b)", {"x": ((5,), "n"), "g": ((5,), "n"),
+                                                "b": ((5,), "n")},
+         lambda t: F.layer_norm(t["x"], (5,), t["g"], t["b"])),
     Case("layernorm_eps", "layernorm(x, g, b, eps=0.001)",
          {"x": ((3, 4), "n"), "g": ((4,), "n"), "b": ((4,), "n")},
          lambda t: F.layer_norm(t["x"], (4,), t["g"], t["b"], eps=1e-3)),
@@ -489,6 +505,9 @@ CASES = [
     binary("stop_gradient", "stop_gradient(a) * b + a * stop_gradient(a)",
            lambda a, b: a.detach() * b + a * a.detach(), (2, 3), (3,)),
     unary("cast_f16", "cast(cast(a, f16), {T}) * a", lambda x: x.half().to(x.dtype) * x),
+    # f32 programs may compute in f64 in between; in f64 the casts are identities
+    unary("cast_f64_inside", "cast(cast(a, f64) * cast(a, f64), {T}) + a",
+          lambda x: (x.double() * x.double()).to(x.dtype) + x),
     unary("cast_i64", "cast(a * 3.0, i64)", lambda x: (x * 3).to(torch.int64),
           modes=("fwd",)),
     unary("cast_int_back", "cast(cast(a * 3.0, i32), {T}) * a",

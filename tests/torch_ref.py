@@ -128,7 +128,7 @@ def torch_hvp(fn: TorchFn, inputs, wrt, tangents) -> tuple[dict, dict]:
 
 # ---- comparison -------------------------------------------------------------------------
 
-TOL = {"f64": dict(rtol=1e-10, atol=1e-12), "f32": dict(rtol=2e-4, atol=2e-5)}
+TOL = {"f64": dict(rtol=1e-10, atol=1e-12), "f32": dict(rtol=1e-4, atol=1e-5)}
 
 
 def assert_close(got, want, dtype: str, what: str, scale: float | None = None) -> None:
