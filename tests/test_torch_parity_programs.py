@@ -14,8 +14,8 @@ import pytest
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
-from torch_ref import (adc_run, adc_run_file, assert_close, torch_hvp,  # noqa: E402
-                       torch_jvp, torch_value_and_grad)
+from torch_ref import (adc_run, adc_run_file, assert_close, strict_dtypes,  # noqa: E402,F401
+                       torch_hvp, torch_jvp, torch_value_and_grad)
 from adcompiler.frontend import compile_file  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings(
@@ -106,7 +106,7 @@ def sample_inputs(name: str, T: str) -> tuple[dict, list[str]]:
 
 @pytest.mark.parametrize("name", list(SAMPLE_REFS))
 @pytest.mark.parametrize("T", ["f32", "f64"])
-def test_sample_reverse(name, T, tmp_path):
+def test_sample_reverse(name, T, tmp_path, strict_dtypes):
     """``adc run samples/X.tdsl --mode reverse --inputs samples/X.json [--dtype f64]``."""
     inputs, params = sample_inputs(name, T)
     got = adc_run_file(tmp_path, SAMPLES / f"{name}.tdsl", "reverse", SAMPLES / f"{name}.json",
@@ -162,7 +162,7 @@ def multi_ref(t):
 
 
 @pytest.mark.parametrize("T", ["f32", "f64"])
-def test_several_results(T, tmp_path):
+def test_several_results(T, tmp_path, strict_dtypes):
     """Keys out0, out1 and grad_<input> of the seeded sum of every result (spec §7)."""
     rng = np.random.default_rng(3)
     dt = np.float32 if T == "f32" else np.float64
@@ -257,7 +257,7 @@ def f(xs: {T}[T, 3], param W: {T}[3, 3], param c: {T}[3]) -> {T} {{
 """
 
 
-def test_loop_with_kinks_and_reversed_slices(tmp_path):
+def test_loop_with_kinks_and_reversed_slices(tmp_path, strict_dtypes):
     def ref(t):
         h, acc = t["c"], torch.zeros((), dtype=t["c"].dtype)
         n = t["xs"].shape[0]

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 import numpy as np
+import pytest
 import torch
 
 from adcompiler.cli import main as adc_main
@@ -58,6 +59,25 @@ def adc_run_file(workdir: Path, prog, mode: str, inputs_file, *,
     assert rc == 0, f"adc {' '.join(argv)} exited {rc}:\n{err.getvalue()}"
     with np.load(out) as z:
         return {key: z[key] for key in z.files}
+
+
+@pytest.fixture
+def strict_dtypes(monkeypatch):
+    """Fail when a kernel returns another dtype than the IR declares: the executor would
+    convert it silently, hiding an f32 op computed in f64 (or a wrong integer width)."""
+    from adc_runtime import executor
+    fix = executor.Executor._fix
+    seen = []
+
+    def checked(self, r, v):
+        want = executor.DTYPES[v.type.dtype]
+        if hasattr(r, "dtype") and r.dtype != want:
+            seen.append(f"{v.type} computed as {r.dtype}")
+        return fix(self, r, v)
+
+    monkeypatch.setattr(executor.Executor, "_fix", checked)
+    yield
+    assert not seen, f"kernels returned other dtypes than declared: {sorted(set(seen))}"
 
 
 # ---- torch side -------------------------------------------------------------------------
