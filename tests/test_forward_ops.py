@@ -127,6 +127,15 @@ def test_kink_conventions_match_reverse_mode():
     jm = Forward(wrt=("a0",), fn="f")(op_module("clip", [xs, lo, hi]))
     _, tan = run(jm, "f_jvp", {"a0": xs, "a1": lo, "a2": hi, "t_a0": np.ones(3)})
     np.testing.assert_array_equal(tan, [1.0, 1.0, 1.0])   # bounds are inclusive
+    lo, hi = np.ones(3), np.zeros(3)                      # crossed: the result is hi
+    jm = Forward(wrt=("a0", "a1", "a2"), fn="f")(op_module("clip", [xs, lo, hi]))
+    _, tan = run(jm, "f_jvp", {"a0": xs, "a1": lo, "a2": hi, "t_a0": np.ones(3),
+                               "t_a1": np.full(3, 10.0), "t_a2": np.full(3, 100.0)})
+    np.testing.assert_array_equal(tan, [100.0, 100.0, 100.0])
+    a, b = np.array([0.0, 0.0, 2.0]), np.zeros(3)          # a ** 0: d/da = 0, also at 0
+    jm = Forward(wrt=("a0",), fn="f")(op_module("pow", [a, b]))
+    _, tan = run(jm, "f_jvp", {"a0": a, "a1": b, "t_a0": np.ones(3)})
+    np.testing.assert_array_equal(tan, [0.0, 0.0, 0.0])
 
 
 # ---- reductions ----------------------------------------------------------------------

@@ -265,6 +265,18 @@ def test_clip_with_integer_bounds():
     np.testing.assert_array_equal(y, [-1, 0.5, 1])
 
 
+def test_clip_with_crossed_bounds_sends_the_gradient_to_hi():
+    # lo > hi: the result is hi everywhere (NumPy's minimum(maximum(x, lo), hi)), so hi
+    # gets the whole cotangent, as in PyTorch and JAX
+    x = np.array([-2.0, 0.5, 2.0])
+    lo, hi = np.full(3, 1.0), np.full(3, 0.0)
+    np.testing.assert_array_equal(apply("clip", x, lo, hi), [0.0, 0.0, 0.0])
+    dx, dlo, dhi = grads("clip", x, lo, hi)
+    np.testing.assert_array_equal(dx, [0, 0, 0])
+    np.testing.assert_array_equal(dlo, [0, 0, 0])
+    np.testing.assert_array_equal(dhi, [1, 1, 1])
+
+
 # ---- kink conventions ----------------------------------------------------------------
 
 def test_relu_kink():
@@ -307,6 +319,14 @@ def test_pow_at_zero_base():
     da, db = grads("pow", np.array([0.0, 0.0, 2.0]), np.array([2.0, 1.0, 3.0]))
     np.testing.assert_array_equal(da, [0.0, 1.0, 12.0])
     np.testing.assert_allclose(db, [0.0, 0.0, 8 * np.log(2.0)], rtol=1e-15)
+
+
+def test_pow_zero_exponent_at_zero_base():
+    # a ** 0 = 1 is constant: d/da = 0 also at a == 0 (not 0 * 0**-1 = NaN), as PyTorch and
+    # JAX; d/db = log(a) a**b with log(0) read as 0
+    da, db = grads("pow", np.array([0.0, 0.0, 2.0]), np.array([0.0, 0.0, 0.0]))
+    np.testing.assert_array_equal(da, [0.0, 0.0, 0.0])
+    np.testing.assert_allclose(db, [0.0, 0.0, np.log(2.0)], rtol=1e-15)
 
 
 # ---- second order: the rules' own ops differentiate correctly -------------------------

@@ -17,7 +17,6 @@ reference follows the spec and says so next to the case.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -85,13 +84,11 @@ class Case:
     ref: Callable
     params: tuple | None = None
     modes: tuple = ("rev64", "rev32", "jvp", "hvp")
-    seed: int = 0
-    note: str = ""
     _data: dict = field(default_factory=dict, repr=False)
 
     def data(self) -> dict:
         if not self._data:
-            rng = np.random.default_rng(sum(map(ord, self.id)) + self.seed)
+            rng = np.random.default_rng(sum(map(ord, self.id)))
             self._data.update({k: _gen(kind, shape, rng)
                                for k, (shape, kind) in self.inputs.items()})
         return self._data
@@ -189,10 +186,6 @@ def ln_ref(x, g, b, axis=-1, eps=1e-5):
     return F.layer_norm(x, (x.shape[-1],), g, b, eps=eps).movedim(-1, axis)
 
 
-def pow_ref(a, b):
-    return torch.pow(a, b)
-
-
 HALVES = np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, -0.3, 0.7, 0.0])
 A23 = {"a": ((2, 3), "n")}
 
@@ -258,8 +251,8 @@ CASES = [
     binary("div", "a / b", torch.div, (2, 3), (2, 1), kb="nz"),
     binary("literal_arith", "2 * a - b / 4 + 1", lambda a, b: 2 * a - b / 4 + 1, (2, 3), (3,)),
     binary("rsub_literal", "1 - a * b", lambda a, b: 1 - a * b, (3,), (2, 3)),
-    binary("pow", "a ** b", pow_ref, (2, 3), (3,), ka="pos"),
-    binary("pow_scalar_base", "a ** b", pow_ref, (), (2, 3), ka="pos"),
+    binary("pow", "a ** b", torch.pow, (2, 3), (3,), ka="pos"),
+    binary("pow_scalar_base", "a ** b", torch.pow, (), (2, 3), ka="pos"),
     # a negative base with integer-valued exponents: values and d/da are finite; d/db is
     # NaN where a < 0 (log of a negative number) in both
     Case("pow_negative_base", "a ** b", {"a": ((2, 3), "nz"),
