@@ -86,3 +86,28 @@ def check_grads(op: str, args: list[np.ndarray], attrs: dict | None = None, *,
                                    err_msg=f"d/d{name} of {op}{attrs or ''}")
         assert got[name].shape == inputs[name].shape
     return got
+
+
+def check_second_order(op, args, attrs=None):
+    """Reverse over reverse: d/da0 of the sum of ``f_grad``'s results (f = sum(op(...)))
+    against central differences; the adjoints verify and print back as IR text."""
+    m = Reverse(fn="f")(one_op_module(op, args, attrs, weighted=False))
+    m = Reverse(fn="f_grad", wrt=("a0",))(m)
+    from adcompiler.ir.parser import parse_module
+    from adcompiler.ir.printer import print_module
+    from adcompiler.ir.verifier import verify
+    verify(m)
+    text = print_module(m)
+    assert print_module(parse_module(text)) == text
+    inputs = {f"a{k}": a for k, a in enumerate(args)}
+    got = run(m, "f_grad_grad", inputs)[-1]
+
+    def total(x):
+        return sum(float(np.sum(o)) for o in run(m, "f_grad", {**inputs, "a0": x}))
+    want = np.zeros_like(args[0])
+    for i in np.ndindex(args[0].shape):
+        xp, xm = args[0].copy(), args[0].copy()
+        xp[i] += 1e-6
+        xm[i] -= 1e-6
+        want[i] = (total(xp) - total(xm)) / 2e-6
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"d2/da0^2 of {op}")

@@ -7,8 +7,8 @@ from adcompiler.diagnostics import ShapeError
 from adcompiler.ir.builder import Builder
 from adcompiler.ir.core import Block
 from adcompiler.ir.types import TensorType
-from gradcheck import check_grads
-from test_ops_shape import check_second_order, evaluate, rand, symbolic_grads
+from gradcheck import check_grads, check_second_order
+from test_ops_shape import evaluate, rand, symbolic_grads
 
 MATMUL_SHAPES = [
     ((3,), (3,)),                 # dot product -> scalar

@@ -11,8 +11,8 @@ from adcompiler.ir.types import TensorType
 from adcompiler.ir.verifier import verify
 from adcompiler.passes.reverse import Reverse
 from adc_runtime.executor import run_function
-from gradcheck import check_grads, one_op_module
-from test_ops_shape import check_second_order, evaluate, i64, rand, symbolic_grads
+from gradcheck import check_grads, check_second_order, one_op_module
+from test_ops_shape import evaluate, i64, rand, symbolic_grads
 
 RNG = np.random.default_rng(1)
 

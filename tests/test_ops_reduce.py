@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gradcheck import check_grads, one_op_module, run
-from test_ops_elementwise import check_second_order
+from gradcheck import check_grads, check_second_order, one_op_module, run
+
 from adc_runtime.kernels import KERNELS
 from adcompiler.diagnostics import ShapeError
 from adcompiler.ir.builder import Builder

@@ -13,7 +13,7 @@ from adcompiler.ir.types import DTYPE_OF_NUMPY, TensorType
 from adcompiler.ir.verifier import verify
 from adcompiler.passes.reverse import Reverse
 from adc_runtime.executor import run_function
-from gradcheck import check_grads, finite_difference, one_op_module, run
+from gradcheck import check_grads, check_second_order, finite_difference
 
 RNG = np.random.default_rng(0)
 
@@ -75,26 +75,6 @@ def symbolic_grads(op, args, attrs, shapes, seed=0):
                                    rtol=1e-6, atol=1e-7, err_msg=name)
 
 
-def check_second_order(op, args, attrs=None):
-    """Reverse over reverse: d/da0 of the sum of ``f_grad``'s results (f = sum(op(...)))
-    against central differences; the adjoints verify and print back as IR text."""
-    m = Reverse(fn="f")(one_op_module(op, args, attrs, weighted=False))
-    m = Reverse(fn="f_grad", wrt=("a0",))(m)
-    verify(m)
-    text = print_module(m)
-    assert print_module(parse_module(text)) == text
-    inputs = {f"a{k}": a for k, a in enumerate(args)}
-    got = run(m, "f_grad_grad", inputs)[-1]
-
-    def total(x):
-        return sum(float(np.sum(o)) for o in run(m, "f_grad", {**inputs, "a0": x}))
-    want = np.zeros_like(args[0])
-    for i in np.ndindex(args[0].shape):
-        xp, xm = args[0].copy(), args[0].copy()
-        xp[i] += 1e-6
-        xm[i] -= 1e-6
-        want[i] = (total(xp) - total(xm)) / 2e-6
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"d2/da0^2 of {op}")
 
 
 # ---- values and gradients, one table --------------------------------------------------
