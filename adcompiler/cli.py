@@ -11,7 +11,7 @@ import os
 import sys
 import traceback
 
-from .cli_commands import load_or_draw_inputs, cmd_check, cmd_compile, cmd_run
+from .cli_commands import cmd_check, cmd_compile, cmd_run, load_or_draw_inputs
 from .cli_forward import (FORWARD_MODES, add_jacobian_command, add_tangents_argument,
                           jacobian_main)
 from .cli_remat import add_remat_arguments, add_remat_curve_command
@@ -126,7 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "default 200)")
     k.set_defaults(func=cmd_check, parser=k)
     add_jacobian_command(sub, _common)
-    sub.choices["jacobian"].set_defaults(func=lambda a: jacobian_main(a, inputs_for=load_or_draw_inputs))
+    sub.choices["jacobian"].set_defaults(
+        func=lambda a: jacobian_main(a, inputs_for=load_or_draw_inputs))
     add_remat_curve_command(sub, _common)
     return parser
 
