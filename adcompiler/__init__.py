@@ -65,13 +65,13 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     # running
     "run": ("adcompiler.api", "run"),
     # convenience layer
-    "grad": ("adcompiler.api", "grad"),
-    "jvp": ("adcompiler.api", "jvp"),
-    "hvp": ("adcompiler.api", "hvp"),
-    "value_and_grad": ("adcompiler.api", "value_and_grad"),
-    "vjp": ("adcompiler.api", "vjp"),
-    "function": ("adcompiler.api", "function"),
-    "Compiled": ("adcompiler.api", "Compiled"),
+    "grad": ("adcompiler.transforms", "grad"),
+    "jvp": ("adcompiler.transforms", "jvp"),
+    "hvp": ("adcompiler.transforms", "hvp"),
+    "value_and_grad": ("adcompiler.transforms", "value_and_grad"),
+    "vjp": ("adcompiler.transforms", "vjp"),
+    "function": ("adcompiler.transforms", "function"),
+    "Compiled": ("adcompiler.transforms", "Compiled"),
     # extension points
     "register_op": ("adcompiler.plugins", "register_op"),
     "Option": ("adcompiler.ops.registry", "Option"),
@@ -107,8 +107,8 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # static view of the lazy names above, for type checkers and IDEs
-    from .api import (Compiled, FunctionBuilder, function, grad, hvp, jvp, load, parse_ir,
-                      parse_tdsl, run, tensor_type, value_and_grad, vjp)
+    from .api import FunctionBuilder, load, parse_ir, parse_tdsl, run, tensor_type
+    from .transforms import Compiled, function, grad, hvp, jvp, value_and_grad, vjp
     from .diagnostics import AdcError, Loc, ShapeError
     from .emit.dot import emit_dot
     from .emit.python import emit_python
