@@ -15,6 +15,27 @@ from .options import ConstEval
 from .values import Multi, Weak
 
 
+def _bind_dims(want, got, subst: dict, origin: dict, name: str) -> bool:
+    """Match an argument's type `got` against the declared `want`, binding `want`'s symbolic
+    dims in `subst` (each to one dim per call); False on a mismatch."""
+    if got is None or want.dtype != got.dtype or want.rank != got.rank:
+        return False
+    new = {}
+    for w, g in zip(want.shape, got.shape):
+        if isinstance(w, str) and "*" not in w:
+            have = new.get(w, subst.get(w))
+            if have is None:
+                new[w] = g
+            elif have != g:
+                return False
+        elif w != g:
+            return False
+    for k, d in new.items():
+        subst[k] = d
+        origin.setdefault(k, name)
+    return True
+
+
 class CallLowering:
     def call(self, e: ast.Call):
         if e.func in self.functions:
@@ -37,17 +58,30 @@ class CallLowering:
             raise self.error(f"function '{fn.name}' takes {len(fn.args)} "
                              f"argument{'s' * (len(fn.args) != 1)}, got {len(e.args)}",
                              e.op_span)
-        args = []
+        args, subst, origin = [], {}, {}
         for a, param in zip(e.args, fn.args):
             v = self.to_type(self.value(a), param.type)
-            if v.type != param.type:
-                raise self.error(f"argument '{param.name}' of '{fn.name}' must be "
-                                 f"{param.type}, got {v.type}", a.span)
+            if not _bind_dims(param.type, getattr(v, "type", None), subst, origin,
+                              param.name):
+                raise self.error(self.arg_mismatch(fn, param, v, subst, origin), a.span)
             args.append(v)
         self.calls.append((fn.name, self.loc(e.op_span)))
+        if any(k != d for k, d in subst.items()):
+            fn = self.specialize(fn.name, subst, self.loc(e.op_span))
         self.b.loc = self.loc(e.op_span)
         results = self.b.call(fn, args)
         return results[0] if len(results) == 1 else Multi(results, fn.name, e.span)
+
+    @staticmethod
+    def arg_mismatch(fn: Function, param, v, subst, origin) -> str:
+        got = getattr(v, "type", "a number")
+        msg = f"argument '{param.name}' of '{fn.name}' must be {param.type}, got {got}"
+        fixed = [f"{d} = {subst[d]} (from argument '{origin[d]}')" for d in
+                 dict.fromkeys(x for x in param.type.shape if isinstance(x, str))
+                 if d in subst and origin[d] != param.name]
+        if fixed and getattr(got, "dtype", None) == param.type.dtype:
+            msg += f", with {', '.join(fixed)}"
+        return msg
 
     # ---- registry ops ----------------------------------------------------------------
     def op_call(self, e: ast.Call, opdef: registry.OpDef):
@@ -94,7 +128,7 @@ class CallLowering:
             vals += [self.value(x) for x in exprs]
         vals = self.meet(vals)
         attrs = {}
-        ce = ConstEval(self.lookup, self.error, self.symbols)
+        ce = ConstEval(self.lookup, self.error, self.symbols, self.subst)
         for opt in opdef.options:
             if opt.name in slots:
                 x = slots[opt.name]

@@ -67,13 +67,19 @@ class FunctionLowerer(ExprLowering, CallLowering):
     """
 
     def __init__(self, file: str, functions: dict[str, Function], fn: Function,
-                 what: str, spans: list[ast.Span]):
+                 what: str, spans: list[ast.Span], subst: dict | None = None,
+                 specialize=None):
         self.file, self.functions, self.fn, self.what = file, functions, fn, what
         self.b = Builder(fn.body, fn.loc)
         self.scope = Scope()
         for arg, span in zip(fn.args, spans):
             self.scope.vars[arg.name] = Binding(arg, span)
+        # `subst`: the dims of a specialization (callee's symbol -> the caller's dim);
+        # `specialize(name, subst, loc)`: the specialized Function of a module function.
+        self.subst = dict(subst or {})
+        self.specialize = specialize
         self.symbols = {d for a in fn.args for d in a.type.shape if isinstance(d, str)}
+        self.symbols |= set(self.subst)
         self.calls: list = []          # (callee, loc) of every call, for the recursion check
         self.loop_locals: dict[str, int] = {}
         self.depth = 0
@@ -192,7 +198,7 @@ class FunctionLowerer(ExprLowering, CallLowering):
             return n
         b = self.scope.lookup(n)
         if b is None or n in self.symbols:
-            return n
+            return self.subst.get(n, n)
         if isinstance(b.value, Weak) and isinstance(b.value.value, int) and b.value.value >= 0:
             return b.value.value
         raise self.error(f"range() needs an integer literal or a symbolic dimension; '{n}' is "

@@ -4,14 +4,17 @@ Functions keep their source order. A ``grad f`` rule becomes the function ``f.gr
 ``attrs["grad_of"] = "f"``, arguments (f's inputs, f's results, cotangents of f's results)
 and one result per input of f; a ``tangent f`` rule becomes ``f.tangent`` with
 ``attrs["tangent_of"] = "f"``, arguments (f's inputs, their tangents) and one result per
-result of f. Argument types come from f's declaration. Calls must pass exactly the declared
-types (a symbolic dimension names the same size everywhere).
+result of f. Argument types come from f's declaration. A call binds the callee's symbolic
+dimensions from its arguments (``def ste_round(x: f32[N])`` called with an ``f32[5]``): when
+they bind to other dims than the callee's own names, the callee (and its rules) is lowered
+again as a specialization ``f.N5`` with the dims substituted, placed before ``f`` in the
+module so that the default function stays the last ``def``.
 """
 from __future__ import annotations
 
 from ..diagnostics import AdcError, Loc
 from ..ir.core import Block, Function, Module
-from ..ir.types import DTYPES, TensorType
+from ..ir.types import DTYPES, Dim, TensorType
 from . import ast
 from .function import FunctionLowerer
 
@@ -60,7 +63,12 @@ class ModuleLowerer:
                 self.unique(d.params)
                 sigs[d.name] = ([self.type(p.type) for p in d.params],
                                 [self.type(t) for t in d.results])
+        self.defs, self.sigs, self.rules = defs, sigs, {}
+        self.specs: dict = {}
+        self.spec_stack: list[str] = []
+        self.edges: dict[str, list] = {}
         module, functions, jobs = Module(), {}, []
+        self.module, self.functions = module, functions
         for d in tree.defs:
             if isinstance(d, ast.FuncDef):
                 ins, outs = sigs[d.name]
@@ -73,25 +81,93 @@ class ModuleLowerer:
                 count = self.count_msg(what, len(outs))
             else:
                 fn, spans, what, count = self.rule(d, sigs, module)
+                self.rules[(d.name, d.kind)] = d
             module.add(fn)
             jobs.append((d, fn, spans, what, count))
-        edges = {}
         for d, fn, spans, what, count in jobs:
-            fl = FunctionLowerer(self.file, functions, fn, what, spans)
-            fl.lower(d.body, d.close_span, count)
-            edges[fn.name] = fl.calls
-        check_recursion(list(module.functions), edges)
-        return module
+            self.lower_body(d, fn, spans, what, count, {})
+        check_recursion([n for n in module.functions if n in self.edges], self.edges)
+        return self.ordered(module)
+
+    def lower_body(self, d, fn: Function, spans, what: str, count, subst: dict) -> None:
+        fl = FunctionLowerer(self.file, self.functions, fn, what, spans, subst=subst,
+                             specialize=self.specialize)
+        fl.lower(d.body, d.close_span, count)
+        self.edges.setdefault(fn.name, []).extend(fl.calls)
+
+    def ordered(self, module: Module) -> Module:
+        """The module with each specialization placed just before the function it copies."""
+        if not self.specs:
+            return module
+        before: dict[str, list[Function]] = {}
+        for (base, _), spec in self.specs.items():
+            before.setdefault(base, []).append(spec)
+        spec_names = {f.name for fs in before.values() for f in fs}
+        for fs in list(before.values()):
+            for f in list(fs):
+                for kind in ("grad", "tangent"):
+                    rule = module.rule_for(f.name, kind)
+                    if rule is not None:
+                        fs.append(rule)
+                        spec_names.add(rule.name)
+        out = Module()
+        for name, f in module.functions.items():
+            if name in spec_names:
+                continue
+            for g in before.get(name, []):
+                out.add(g)
+            out.add(f)
+        return out
+
+    def specialize(self, name: str, subst: dict[str, Dim], loc) -> Function:
+        """`name` lowered again with its symbolic dims replaced by `subst` (memoized)."""
+        key = (name, tuple(sorted((k, str(v)) for k, v in subst.items())))
+        if key in self.specs:
+            return self.specs[key]
+        if name in self.spec_stack:
+            cycle = self.spec_stack[self.spec_stack.index(name):] + [name]
+            raise AdcError(f"recursive call {' -> '.join(cycle)} (recursion is not "
+                           "supported)", loc)
+        d = self.defs[name]
+        tag = "_".join(f"{k}{str(v).replace('*', 'x')}" for k, v in sorted(subst.items())
+                       if v != k)
+        spec_name = f"{name}.{tag}"
+
+        def sub(t: TensorType) -> TensorType:
+            return t.with_shape(subst.get(x, x) if isinstance(x, str) else x for x in t.shape)
+        ins, outs = self.sigs[name]
+        sigs = {name: ([sub(t) for t in ins], [sub(t) for t in outs])}
+        base = self.functions[name]
+        fn = Function(spec_name, Block(sigs[name][0], [p.name for p in d.params]),
+                      sigs[name][1], params=set(base.params), loc=base.loc)
+        self.specs[key] = fn
+        self.module.add(fn)
+        self.spec_stack.append(name)
+        try:
+            self.lower_body(d, fn, [p.span for p in d.params], f"function '{name}'",
+                            self.count_msg(f"function '{name}'", len(outs)), subst)
+            for kind in ("grad", "tangent"):
+                r = self.rules.get((name, kind))
+                if r is None:
+                    continue
+                rfn, spans, what, count = self.rule(r, sigs, self.module, of=spec_name)
+                self.module.add(rfn)
+                self.lower_body(r, rfn, spans, what, count, subst)
+        finally:
+            self.spec_stack.pop()
+        return fn
 
     @staticmethod
     def count_msg(what: str, n: int):
         return lambda got: f"{what} declares {_plural(n, 'result')}, but the return gives {got}"
 
-    def rule(self, d: ast.RuleDef, sigs, module: Module):
-        """The `Function` of a ``grad``/``tangent`` rule, typed from the primal's signature."""
+    def rule(self, d: ast.RuleDef, sigs, module: Module, of: str | None = None):
+        """The `Function` of a ``grad``/``tangent`` rule, typed from the primal's signature
+        (the rule of function `of`, a specialization of `d.name`, when given)."""
         if d.name not in sigs:
             raise self.error(f"{d.kind} rule for unknown function '{d.name}'", d.name_span)
-        name = f"{d.name}.{d.kind}"
+        of = of or d.name
+        name = f"{of}.{d.kind}"
         if name in module:
             raise self.error(f"function '{d.name}' already has a {d.kind} rule (line "
                              f"{module[name].loc.line})", d.name_span)
@@ -111,7 +187,7 @@ class ModuleLowerer:
                              f"{len(d.params)}", d.name_span)
         self.unique(d.params)
         fn = Function(name, Block(arg_types, [p.name for p in d.params]), results,
-                      attrs={f"{d.kind}_of": d.name}, loc=self.loc(d.span))
+                      attrs={f"{d.kind}_of": of}, loc=self.loc(d.span))
         what = f"{d.kind} rule for '{d.name}'"
 
         def count(got):

@@ -39,10 +39,12 @@ class ConstEval:
     `AdcError`; `symbols` are the symbolic dimensions of the function's inputs.
     """
 
-    def __init__(self, lookup, error, symbols):
+    def __init__(self, lookup, error, symbols, subst=None):
         self.lookup = lookup
         self.error = error
         self.symbols = symbols
+        self.subst = subst or {}     # a specialization's symbol -> dim
+        self.what = ""               # the option being checked, for messages
 
     def value(self, e, depth: int = 0):
         if depth > MAX_DEPTH:
@@ -75,12 +77,14 @@ class ConstEval:
             raise self.error(f"unknown name '{s.name}'", s.span)
         if isinstance(s.bound, Weak):
             return s.bound.value
-        raise self.error(f"'{s.name}' is a tensor value; an option must be a constant",
+        which = f" ({self.what})" if self.what else ""
+        raise self.error(f"'{s.name}' is a tensor value; an option must be a constant{which}",
                          s.span)
 
     # ---- kinds -----------------------------------------------------------------------
     def check(self, kind: str, v, what: str, span):
         """`v` (from `value`) as an attribute of option `kind`; `what` names the option."""
+        self.what = what
         def bad():
             return self.error(f"{what} expects {KIND_TEXT.get(kind, kind)}, "
                               f"got {describe(v)}", span)
@@ -93,7 +97,7 @@ class ConstEval:
             def dim(x):
                 if isinstance(x, Sym):
                     if x.name in self.symbols or x.bound is None:
-                        return x.name
+                        return self.subst.get(x.name, x.name)
                     x = self.resolve(x)
                 if isinstance(x, int) and not isinstance(x, bool):
                     return x
