@@ -112,8 +112,9 @@ def check_inputs(fn: Function, data: dict, path: str, binder: DimBinder) -> dict
     names = fn.arg_names
     for key in data:
         if key not in names:
-            raise AdcError(f"{path}: unknown input '{key}'; {fn.name} takes "
-                           f"{', '.join(names) or 'no inputs'}")
+            # fn may be a derived program (f_grad): list the inputs, not its name
+            raise AdcError(f"{path}: unknown input '{key}' (the inputs are "
+                           f"{', '.join(names) or 'none'})")
     out = {}
     for arg in fn.args:
         if arg.name not in data:

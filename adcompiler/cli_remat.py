@@ -9,9 +9,23 @@ import sys
 from .diagnostics import AdcError
 
 
+def _policy_text(text: str) -> str:
+    """A well-formed ``--remat`` value (kept as text); a malformed one is a bad command line
+    (exit 2), like any other option value argparse rejects."""
+    import argparse
+
+    from .diagnostics import AdcError
+    from .remat.policy import parse_policy
+    try:
+        parse_policy(text)
+    except AdcError as e:
+        raise argparse.ArgumentTypeError(e.message) from None
+    return text
+
+
 def add_remat_arguments(parser) -> None:
     """``--remat POLICY`` and ``--stats-json FILE`` (for ``compile`` and ``run``)."""
-    parser.add_argument("--remat", metavar="POLICY", default="none",
+    parser.add_argument("--remat", metavar="POLICY", default="none", type=_policy_text,
                         help="none, sqrt, revolve:C, budget:SIZE (e.g. budget:64MiB) or "
                              "min-memory (default: none)")
     parser.add_argument("--stats-json", metavar="FILE",
