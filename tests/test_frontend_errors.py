@@ -99,7 +99,7 @@ CASES = [
     # values that are not tensors
     (H + "  return x * [1, 2]\n}", "2:14", "a list is not a tensor"),
     (H + '  return x * "s"\n}', "2:14", "strings are only op options"),
-    (H + "  return x * true\n}", "2:14", "'true' is only an op option value"),
+    (H + "  return true\n}", "2:10", "must return f32[3]"),
     # calls, recursion, duplicates
     (H + "  return g(y)\n}" + G1, "2:12", "argument 'x' of 'g' must be f32[3], got f32[4]"),
     (H + "  return g(x, x)\n}" + G1, "2:10", "function 'g' takes 1 argument, got 2"),

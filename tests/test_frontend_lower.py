@@ -294,3 +294,16 @@ def test_grad_and_tangent_rules():
     outs = run(m, "two.grad", a=np.float32(2), b=np.float32([1, 3]), p=np.zeros(2, np.float32),
                q=np.float32(0), dp=np.float32([1, 1]), dq=np.float32(5))
     assert outs[0] == 9 and list(outs[1]) == [2, 2]
+
+
+def test_true_and_false_are_bool_scalars():
+    from adcompiler.frontend import compile_source
+    from adc_runtime.executor import run_function
+    import numpy as np
+    m = compile_source("def f(x: f32[3]) -> f32[3] {\n"
+                       "    return where(x > 0, true, false) * x\n}\n")
+    consts = [op for op in m["f"].walk() if op.name == "const"]
+    assert {(op.attrs["value"], op.attrs["dtype"]) for op in consts} >= {(True, "bool"),
+                                                                          (False, "bool")}
+    out, _ = run_function(m, "f", {"x": np.array([1.0, -2.0, 3.0], np.float32)})
+    np.testing.assert_array_equal(out[0], [1.0, 0.0, 3.0])

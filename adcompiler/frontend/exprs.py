@@ -101,9 +101,9 @@ class ExprLowering:
                              "shapes, axes or the operands of concat/stack", e.span)
         if isinstance(e, ast.String):
             raise self.error("strings are only op options (e.g. an einsum spec)", e.span)
-        if isinstance(e, ast.Bool):
-            raise self.error(f"'{'true' if e.value else 'false'}' is only an op option value",
-                             e.span)
+        if isinstance(e, ast.Bool):  # a bool scalar, as `where(m, x, false)` wants
+            return self.emit("const", [], {"value": bool(e.value), "dtype": "bool"}, e.span,
+                             "literal").result
         raise self.error("unsupported expression", e.span)
 
     def name(self, e: ast.Name):
