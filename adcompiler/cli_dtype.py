@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Callable, Iterator, Mapping
 
 from .ir.core import Block, Module, Op, Value
-from .ir.types import Dim, TensorType, dim_mul, dim_symbols, is_float
+from .ir.types import TensorType, is_float, substitute_dim
 from .ops import registry
 
 
@@ -59,14 +59,6 @@ def to_dtype(module: Module, dtype: str = "f64") -> Module:
         return dtype if kind == "dtype" and isinstance(value, str) and is_float(value) else value
 
     return rewrite_types(module, type_fn, attr_fn)
-
-
-def substitute_dim(d: Dim, env: Mapping[str, int]) -> Dim:
-    """`d` with the symbols bound in `env` replaced by their sizes (``2*B*T``, B=3 -> ``6*T``)."""
-    if isinstance(d, int) or not any(s in env for s in dim_symbols(d)):
-        return d
-    parts = [int(p) if p.isdigit() else env.get(p, p) for p in d.split("*")]
-    return dim_mul(*parts)
 
 
 def bind_dims(module: Module, env: Mapping[str, int]) -> Module:

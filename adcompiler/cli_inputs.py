@@ -16,7 +16,7 @@ import numpy as np
 
 from .diagnostics import AdcError, Loc
 from .ir.core import Function, Op
-from .ir.types import NUMPY_DTYPE, TensorType, dim_symbols, resolve_dim
+from .ir.types import NUMPY_DTYPE, TensorType, dim_symbols, is_symbol, resolve_dim
 
 RANDOM_INT_HIGH = 2      # integer inputs with no known range are drawn from [0, 2)
 DEFAULT_DIM = 4          # size of a symbolic dimension nothing binds, in a random-input run
@@ -99,9 +99,9 @@ class DimBinder:
             if isinstance(d, int):
                 if d != n:
                     raise bad
-            elif "*" not in d:
+            elif is_symbol(d):
                 self.bind(d, n, f"input '{name}'")
-        for d, n in zip(t.shape, shape):  # products of symbols, once everything is bound
+        for d, n in zip(t.shape, shape):  # polynomial dims (2*B, T-1), once all is bound
             if isinstance(d, str) and all(s in self.env for s in dim_symbols(d)) \
                     and resolve_dim(d, self.env) != n:
                 raise bad

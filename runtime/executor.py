@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 import numpy
 
+from .dims import eval_dim, symbolic_slice
 from .kernels import DTYPES, KERNELS
 
 SHAPE_ATTRS = ("shape", "n")  # attributes that may hold symbolic dimensions
@@ -24,25 +25,30 @@ class RunError(Exception):
     """A problem with the data given to a run (bad input names, shapes or bindings)."""
 
 
-def _factors(d):
-    if isinstance(d, int):
-        return d, []
-    coeff, syms = 1, []
-    for part in str(d).split("*"):
-        if part.isdigit():
-            coeff *= int(part)
-        else:
-            syms.append(part)
-    return coeff, syms
-
-
 def resolve_dim(d, dims: Mapping[str, int]) -> int:
-    coeff, syms = _factors(d)
-    for s in syms:
-        if s not in dims:
-            raise RunError(f"symbolic dimension '{s}' is not bound (use --bind {s}=N)")
-        coeff *= dims[s]
-    return coeff
+    try:
+        return eval_dim(d, dims)
+    except KeyError as e:
+        s = e.args[0]
+        raise RunError(f"symbolic dimension '{s}' is not bound (use --bind {s}=N)") from None
+
+
+def _is_symbol(d) -> bool:
+    return isinstance(d, str) and d.isidentifier()
+
+
+def check_slices(idx, shape, sizes) -> None:
+    """Raise RunError unless each slice of a symbolic axis fits the axis's bound size: the
+    compiler gave ``x[1:]`` on T the length T-1 on the premise that T >= 1."""
+    for axis, (e, d, n) in enumerate(zip(idx, shape, sizes)):
+        if not isinstance(d, str) or not isinstance(e, (list, tuple)) or e[2] not in (None, 1, -1):
+            continue
+        rule = symbolic_slice(*e)
+        if rule is not None and n < rule[2]:
+            written = ":".join("" if v is None else str(v) for v in e[:2]) + (
+                "" if e[2] is None else f":{e[2]}")
+            raise RunError(f"the slice [{written}] of axis {axis} needs {d} >= {rule[2]}, "
+                           f"but {d} = {n}")
 
 
 def bind_dims(fn, arrays: list, dims: Mapping[str, int] | None = None) -> dict[str, int]:
@@ -55,7 +61,7 @@ def bind_dims(fn, arrays: list, dims: Mapping[str, int] | None = None) -> dict[s
             raise RunError(f"input '{arg.name}' has shape {tuple(a.shape)}, "
                            f"expected rank {len(want)} ({arg.type})")
         for d, n in zip(want, a.shape):
-            if isinstance(d, str) and "*" not in d:
+            if _is_symbol(d):  # a polynomial dim (T-1) is checked once its symbols are bound
                 if d in bound and bound[d] != n:
                     raise RunError(f"dimension '{d}' is {bound[d]} from {where[d]} but {n} "
                                    f"from input '{arg.name}'")
@@ -152,6 +158,10 @@ class Executor:
             return outs
         attrs = {k: (self._resolve(v) if k in SHAPE_ATTRS else v) for k, v in op.attrs.items()
                  if k not in ANNOTATION_ATTRS}
+        if op.name == "index":
+            check_slices(op.attrs["idx"], op.operands[0].type.shape, args[0].shape)
+        elif op.name == "index_grad":
+            check_slices(op.attrs["idx"], op.attrs["shape"], attrs["shape"])
         kern = KERNELS.get(op.name)
         if kern is None:
             raise RunError(f"no kernel for op '{op.name}'")

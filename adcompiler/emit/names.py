@@ -47,8 +47,9 @@ def sanitize(hint: str) -> str:
 
 
 def dim_expr(d: Dim, symbols: dict[str, str] | None = None) -> str:
-    """A Python expression for a dimension: ``4``, ``B``, ``2*B*T``; `symbols` renames."""
+    """A Python expression for a dimension: ``4``, ``B``, ``2*B*T``, ``T-1``; `symbols`
+    renames."""
     if isinstance(d, int):
         return str(d)
     symbols = symbols or {}
-    return "*".join(p if p.isdigit() else symbols.get(p, p) for p in d.split("*"))
+    return re.sub(r"[A-Za-z_][A-Za-z0-9_]*", lambda m: symbols.get(m.group(), m.group()), d)

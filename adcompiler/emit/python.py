@@ -13,7 +13,7 @@ import math
 import os
 
 from ..ir.core import Block, Function, Module, Op
-from ..ir.types import NUMPY_DTYPE, dim_symbols
+from ..ir.types import NUMPY_DTYPE, dim_symbols, is_symbol
 from ..ops import registry
 from adc_runtime.executor import ANNOTATION_ATTRS
 from .names import Namer, dim_expr, sanitize
@@ -70,7 +70,7 @@ def _bindable(fn: Function) -> dict[str, tuple]:
     found: dict[str, tuple] = {}
     for a in fn.args:
         for axis, d in enumerate(a.type.shape):
-            if isinstance(d, str) and "*" not in d and d not in found:
+            if is_symbol(d) and d not in found:
                 found[d] = (a, axis)
     return found
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 
 from ..ir.core import Function
+from ..ir.types import is_symbol
 from ..ops import registry
 from . import ast
 from .options import ConstEval
@@ -22,7 +23,7 @@ def _bind_dims(want, got, subst: dict, origin: dict, name: str) -> bool:
         return False
     new = {}
     for w, g in zip(want.shape, got.shape):
-        if isinstance(w, str) and "*" not in w:
+        if is_symbol(w):
             have = new.get(w, subst.get(w))
             if have is None:
                 new[w] = g

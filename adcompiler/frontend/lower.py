@@ -129,7 +129,8 @@ class ModuleLowerer:
             raise AdcError(f"recursive call {' -> '.join(cycle)} (recursion is not "
                            "supported)", loc)
         d = self.defs[name]
-        tag = "_".join(f"{k}{str(v).replace('*', 'x')}" for k, v in sorted(subst.items())
+        spell = str.maketrans({"*": "x", "+": "p", "-": "m"})   # T-1 -> Tm1: a plain name
+        tag = "_".join(f"{k}{str(v).translate(spell)}" for k, v in sorted(subst.items())
                        if v != k)
         spec_name = f"{name}.{tag}"
 

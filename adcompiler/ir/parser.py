@@ -16,7 +16,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from ..diagnostics import AdcError, Loc
 from .core import Block, Function, Module, Op, Value
-from .types import TensorType
+from .types import TensorType, parse_dim
 
 # Friendly names for the grammar's terminals in "expected ..." messages.
 _TERMINALS = {
@@ -76,10 +76,18 @@ def _describe(terminal: str) -> str:
     return repr(pattern.value) if pattern.type == "str" else terminal.lower()
 
 
-def _type(tree: Tree) -> TensorType:
+def _type(tree: Tree, filename: str) -> TensorType:
     dtype, *dims = tree.children
-    return TensorType(dtype.value, tuple(int(d) if d.value.isdigit() else d.value
-                                         for d in dims if d is not None))
+    shape = []
+    for d in dims:
+        if d is None:
+            continue
+        try:
+            shape.append(parse_dim(d.value))
+        except ValueError:
+            raise AdcError(f"malformed dimension {d.value!r}",
+                           Loc(filename, d.line, d.column)) from None
+    return TensorType(dtype.value, tuple(shape))
 
 
 class _Reader:
@@ -135,7 +143,8 @@ class _Reader:
         raw = name_tok.value[1:]
         name = self.string(name_tok, raw) if raw.startswith('"') else raw
         args = [c for c in tree.children if isinstance(c, Tree) and c.data == "func_arg"]
-        types = [_type(c) for c in tree.children if isinstance(c, Tree) and c.data == "type"]
+        types = [_type(c, self.filename) for c in tree.children
+                 if isinstance(c, Tree) and c.data == "type"]
         attrs_tree = _child(tree, "func_attrs")
         loc_tree = _child(tree, "loc")
         body = Block()
@@ -143,7 +152,7 @@ class _Reader:
         self.scopes = [{}]
         for a in args:
             tok, ty = a.children[:2]
-            v = self.define(tok, _type(ty), lambda t, h: body.add_arg(t, h))
+            v = self.define(tok, _type(ty, self.filename), lambda t, h: body.add_arg(t, h))
             if len(a.children) == 3:
                 if v.name is None:
                     raise self.error("a {param} input needs a name", tok)
@@ -162,7 +171,7 @@ class _Reader:
         operands = [self.lookup(c) for c in rest if isinstance(c, Token) and c.type == "VALUE"]
         attrs_tree = _child(tree, "attr_dict")
         attrs = self.attr_dict(attrs_tree) if attrs_tree is not None else {}
-        types = [_type(c) for c in rest if isinstance(c, Tree) and c.data == "type"]
+        types = [_type(c, self.filename) for c in rest if isinstance(c, Tree) and c.data == "type"]
         result_toks = results_tree.children if results_tree is not None else []
         if len(result_toks) != len(types):
             raise self.error(f"'{name_tok.value}' defines {len(result_toks)} values but lists "
@@ -180,7 +189,7 @@ class _Reader:
         for c in tree.children:
             if isinstance(c, Tree) and c.data == "block_arg":
                 tok, ty = c.children
-                self.define(tok, _type(ty), lambda t, h: block.add_arg(t, h))
+                self.define(tok, _type(ty, self.filename), lambda t, h: block.add_arg(t, h))
         self.ops(block, [c for c in tree.children if isinstance(c, Tree) and c.data == "op"])
         self.scopes.pop()
         return block

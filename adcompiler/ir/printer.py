@@ -24,7 +24,7 @@ import re
 import numpy as np
 
 from .core import Block, Function, Module, Op, Value
-from .types import TensorType
+from .types import TensorType, parse_dim
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _OP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
@@ -37,8 +37,8 @@ def _quote(s: str) -> str:
 
 def format_type(t: TensorType) -> str:
     for d in t.shape:
-        if isinstance(d, str) and d.isdigit():
-            raise ValueError(f"symbolic dim {d!r} looks like an integer")
+        if isinstance(d, str) and parse_dim(d) != d:  # it would read back as another dim
+            raise ValueError(f"symbolic dim {d!r} is not in canonical form")
     return str(t)
 
 

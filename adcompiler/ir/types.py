@@ -1,13 +1,16 @@
 """Tensor types with symbolic dimensions.
 
-A dimension (`Dim`) is an ``int`` or a ``str``: a symbolic size such as ``"B"``, or a product
-of symbols and integers in canonical form such as ``"2*B*T"`` (what ``reshape(x, [-1])``
-produces from ``f32[B, T, 2]``). Symbols are bound to integers at run time.
+A dimension (`Dim`) is an ``int`` or a ``str``: a symbolic size such as ``"B"``, or an integer
+polynomial in symbols in canonical form such as ``"2*B*T"`` (what ``reshape(x, [-1])``
+produces from ``f32[B, T, 2]``) or ``"T-1"`` (the length of ``x[1:]`` on an axis of size T).
+Symbols are bound to integers at run time.
 """
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Mapping, Union
 
 from ..diagnostics import ShapeError
@@ -57,47 +60,142 @@ class TensorType:
 
 
 # ---- dimension arithmetic -------------------------------------------------------------
+#
+# A symbolic dim is an integer polynomial in its symbols, held as a map from monomials (the
+# sorted tuple of their symbols, with repeats) to nonzero coefficients, and written in one
+# canonical form so that equal dims are equal strings: terms by decreasing degree, then by
+# symbols; the constant last (``2*B*T``, ``T-1``, ``3*B-3``, ``B*B+B``). A dim whose
+# polynomial is a constant is an ``int``.
 
-def _factors(d: Dim) -> tuple[int, list[str]]:
+_TERM = re.compile(r"\s*([+-]?)\s*([^+-]+)")
+_SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+@lru_cache(maxsize=4096)
+def _parse_poly(text: str) -> tuple[tuple[tuple[str, ...], int], ...]:
+    terms: dict[tuple[str, ...], int] = {}
+    pos = 0
+    text = text.strip()
+    if not text:
+        raise ValueError("empty dimension")
+    for m in _TERM.finditer(text):
+        if m.start() != pos or (pos and not m.group(1)):
+            raise ValueError(f"malformed dimension {text!r}")
+        pos = m.end()
+        coeff, syms = -1 if m.group(1) == "-" else 1, []
+        for factor in m.group(2).split("*"):
+            factor = factor.strip()
+            if factor.isdigit():
+                coeff *= int(factor)
+            elif _SYMBOL.match(factor):
+                syms.append(factor)
+            else:
+                raise ValueError(f"malformed dimension {text!r}")
+        key = tuple(sorted(syms))
+        terms[key] = terms.get(key, 0) + coeff
+    if pos != len(text):
+        raise ValueError(f"malformed dimension {text!r}")
+    return tuple((k, c) for k, c in terms.items() if c)
+
+
+def _poly(d: Dim) -> dict[tuple[str, ...], int]:
+    if isinstance(d, bool) or not isinstance(d, (int, str)):
+        raise TypeError(f"not a dimension: {d!r}")
     if isinstance(d, int):
-        return d, []
-    coeff, syms = 1, []
-    for part in d.split("*"):
-        if part.isdigit():
-            coeff *= int(part)
-        else:
-            syms.append(part)
-    return coeff, syms
+        return {(): d} if d else {}
+    return dict(_parse_poly(d))
 
 
-def _make_dim(coeff: int, syms: list[str]) -> Dim:
-    if not syms:
-        return coeff
-    syms = sorted(syms)
-    return "*".join(([str(coeff)] if coeff != 1 else []) + syms)
+def _order(term):
+    syms, _ = term
+    return (not syms, -len(syms), syms)
+
+
+def _dim(poly: Mapping[tuple[str, ...], int]) -> Dim:
+    terms = sorted(((k, c) for k, c in poly.items() if c), key=_order)
+    if not terms:
+        return 0
+    if len(terms) == 1 and not terms[0][0]:
+        return terms[0][1]
+    out = []
+    for syms, c in terms:
+        body = "*".join(([str(abs(c))] if abs(c) != 1 or not syms else []) + list(syms))
+        out.append(("-" if c < 0 else "+" if out else "") + body)
+    return "".join(out)
+
+
+def parse_dim(text: str) -> Dim:
+    """A dimension written as text (``"4"``, ``"T - 1"``, ``"B*2"``) in canonical form;
+    ValueError when it is not an integer polynomial in symbols."""
+    return _dim(dict(_parse_poly(str(text))))
+
+
+def canonical_dim(d: Dim) -> Dim:
+    return _dim(_poly(d))
+
+
+def dim_add(*dims: Dim) -> Dim:
+    poly: dict[tuple[str, ...], int] = {}
+    for d in dims:
+        for k, c in _poly(d).items():
+            poly[k] = poly.get(k, 0) + c
+    return _dim(poly)
+
+
+def dim_sub(a: Dim, b: Dim) -> Dim:
+    return dim_add(a, dim_mul(-1, b))
+
+
+def _mul2(p, q):
+    out: dict[tuple[str, ...], int] = {}
+    for ka, ca in p.items():
+        for kb, cb in q.items():
+            k = tuple(sorted(ka + kb))
+            out[k] = out.get(k, 0) + ca * cb
+    return {k: c for k, c in out.items() if c}
 
 
 def dim_mul(*dims: Dim) -> Dim:
-    coeff, syms = 1, []
+    poly: dict[tuple[str, ...], int] = {(): 1}
     for d in dims:
-        c, s = _factors(d)
-        coeff *= c
-        syms += s
-    return _make_dim(coeff, syms) if coeff != 0 else 0
+        poly = _mul2(poly, _poly(d))
+    return _dim(poly)
 
 
-def dim_div(a: Dim, b: Dim) -> Dim | None:
-    """``a / b`` when it divides exactly and symbolically, else None."""
-    ca, sa = _factors(a)
-    cb, sb = _factors(b)
-    if cb == 0 or ca % cb:
-        return None
-    rest = list(sa)
-    for s in sb:
+def _divides(small: tuple[str, ...], big: tuple[str, ...]) -> tuple[str, ...] | None:
+    """`big / small` as a monomial, or None when `small` does not divide `big`."""
+    rest = list(big)
+    for s in small:
         if s not in rest:
             return None
         rest.remove(s)
-    return _make_dim(ca // cb, rest)
+    return tuple(rest)
+
+
+def dim_div(a: Dim, b: Dim) -> Dim | None:
+    """``a / b`` when `b` divides `a` exactly as integer polynomials, else None.
+
+    Multivariate division by one polynomial under a monomial order: when `b` divides `a`,
+    the remainder is zero and every quotient coefficient is an integer, so any step that
+    leaves a leading term undivisible (or a coefficient inexact) proves there is no quotient.
+    """
+    pa, pb = _poly(a), _poly(b)
+    if not pb:
+        return None
+    lead_k, lead_c = min(pb.items(), key=_order)
+    quotient: dict[tuple[str, ...], int] = {}
+    rest = dict(pa)
+    while rest:
+        k, c = min(rest.items(), key=_order)
+        m = _divides(lead_k, k)
+        if m is None or c % lead_c:
+            return None
+        q = {m: c // lead_c}
+        quotient[m] = quotient.get(m, 0) + q[m]
+        for kk, cc in _mul2(q, pb).items():
+            rest[kk] = rest.get(kk, 0) - cc
+        rest = {kk: cc for kk, cc in rest.items() if cc}
+    return _dim(quotient)
 
 
 def num_elements(shape) -> Dim:
@@ -105,19 +203,37 @@ def num_elements(shape) -> Dim:
 
 
 def resolve_dim(d: Dim, env: Mapping[str, int]) -> int:
-    """The integer value of `d` given bindings of its symbols."""
+    """The integer value of `d` given bindings of its symbols (KeyError when one is unbound)."""
     if isinstance(d, int):
         return d
-    coeff, syms = _factors(d)
-    return coeff * math.prod(env[s] for s in syms)
+    return sum(c * math.prod(env[s] for s in k) for k, c in _parse_poly(d))
 
 
 def resolve_shape(shape, env: Mapping[str, int]) -> tuple[int, ...]:
     return tuple(resolve_dim(d, env) for d in shape)
 
 
+def substitute_dim(d: Dim, env: Mapping[str, Dim]) -> Dim:
+    """`d` with the symbols in `env` replaced by dims (``2*B*T``, B=3 -> ``6*T``)."""
+    if isinstance(d, int):
+        return d
+    poly: dict[tuple[str, ...], int] = {}
+    for k, c in _parse_poly(d):
+        for kk, cc in _poly(dim_mul(c, *(env.get(s, s) for s in k))).items():
+            poly[kk] = poly.get(kk, 0) + cc
+    return _dim(poly)
+
+
 def dim_symbols(d: Dim) -> list[str]:
-    return _factors(d)[1]
+    """The distinct symbols of `d`, sorted."""
+    if isinstance(d, int):
+        return []
+    return sorted({s for k, _ in _parse_poly(d) for s in k})
+
+
+def is_symbol(d: Dim) -> bool:
+    """Whether `d` is one plain symbol (``T``), the only kind of dim an input shape binds."""
+    return isinstance(d, str) and _SYMBOL.match(d) is not None
 
 
 # ---- broadcasting and dtype rules -----------------------------------------------------

@@ -3,7 +3,9 @@ adjoint helpers `split` (of concat) and `index_grad` (of index)."""
 from __future__ import annotations
 
 from ..diagnostics import ShapeError
-from ..ir.types import (Dim, TensorType, _factors, _make_dim, broadcast_shapes, dim_div,
+from adc_runtime.dims import symbolic_slice
+
+from ..ir.types import (Dim, TensorType, broadcast_shapes, dim_add, dim_div, dim_mul,
                         num_elements, normalize_axis)
 from .registry import Option, register
 
@@ -84,23 +86,6 @@ register("squeeze", _squeeze, options=(Option("axis", "axes", None),), traits=LI
 
 # ---- concat / split / stack -----------------------------------------------------------
 
-def dim_add(*dims: Dim) -> Dim | None:
-    """The sum of `dims` when it is a `Dim` (ints, or multiples of one symbolic product such
-    as ``B + 2*B = 3*B``); None when it is not (``B + 1``)."""
-    terms: dict[tuple, int] = {}
-    for d in dims:
-        coeff, syms = _factors(d)
-        key = tuple(sorted(syms))
-        terms[key] = terms.get(key, 0) + coeff
-    terms = {k: c for k, c in terms.items() if c}
-    if not terms:
-        return 0
-    if len(terms) > 1:
-        return None
-    (syms, coeff), = terms.items()
-    return _make_dim(coeff, list(syms))
-
-
 def _concat(types, attrs):
     if not types:
         raise ShapeError("concat needs at least one operand")
@@ -114,9 +99,6 @@ def _concat(types, attrs):
             raise ShapeError(f"concat along axis {axis} needs equal shapes elsewhere, "
                              f"got {first} and {t}")
     size = dim_add(*(t.shape[axis] for t in types))
-    if size is None:
-        raise ShapeError("concat along axis {} of sizes {} gives a size that is not a "
-                         "dimension".format(axis, " + ".join(str(t.shape[axis]) for t in types)))
     dtype = first.dtype
     if any(t.dtype != dtype for t in types):
         raise ShapeError(f"concat needs one dtype, got {', '.join(t.dtype for t in types)}")
@@ -185,8 +167,10 @@ register("stack", _stack, operands=("*xs",), options=(Option("axis", "int", 0),)
 def slice_length(d: Dim, start, stop, step) -> Dim:
     """The length of ``range(d)[start:stop:step]``.
 
-    A symbolic axis supports only slices whose length is a `Dim` whatever the bound size:
-    the whole axis with step 1 or -1, or with step s when the axis is a multiple of s.
+    On a symbolic axis D: the whole axis with any step s when D is a multiple of s, and
+    constant bounds with step 1 or -1 whose length is D plus a constant or a constant
+    (``x[1:]`` is D-1, ``x[-3:]`` is 3), assuming D is long enough for NumPy to clamp neither
+    bound; the runtime checks that premise (`adc_runtime.dims.symbolic_slice`).
     """
     written = ":".join("" if v is None else str(v) for v in (start, stop)) + (
         "" if step is None else f":{step}")
@@ -200,9 +184,17 @@ def slice_length(d: Dim, start, stop, step) -> Dim:
         length = dim_div(d, abs(step))
         if length is not None:
             return length
-    raise ShapeError(f"slice [{written}] of the symbolic axis {d} has a length that depends "
-                     f"on the value of {d} in a way a dimension cannot express; slice "
-                     f"the whole axis, or reshape to static sizes first")
+    if step not in (1, -1):
+        raise ShapeError(f"slice [{written}] of the symbolic axis {d}: a part of a symbolic "
+                         f"axis takes step 1 or -1 only (its length with step {step} is not "
+                         f"a dimension); reshape to static sizes first")
+    rule = symbolic_slice(start, stop, step)
+    if rule is None:
+        raise ShapeError(f"slice [{written}] of the symbolic axis {d} has a length that "
+                         f"shrinks as {d} grows, which a dimension cannot express; count both "
+                         f"bounds from the same end of the axis")
+    c, k, _ = rule
+    return dim_add(dim_mul(c, d), k)
 
 
 def parse_idx(idx, x: TensorType, dyn_types) -> tuple[Dim, ...]:
