@@ -229,3 +229,45 @@ def test_remat_memory_prediction_is_exact(tmp_path, capsys, policy):
     assert code == 0, capsys.readouterr().err
     s = json.loads(stats.read_text())
     assert s["peak_bytes_measured"] == s["peak_bytes_predicted"] > 0
+
+
+def test_emitted_python_checks_the_axis_length(tmp_path, capsys):
+    import subprocess
+    import sys
+    src, x, w, *_ = _inputs(tmp_path, t=5)
+    py = tmp_path / "diff.py"
+    assert cli.main(["compile", str(src), "--emit", "python", "-o", str(py)]) == 0
+    out = tmp_path / "out.npz"
+    ok = subprocess.run([sys.executable, str(py), str(tmp_path / "in.npz"), str(out)],
+                        capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    np.testing.assert_allclose(np.load(out)["out"], _f(x, w), rtol=1e-5)
+    np.savez(tmp_path / "short.npz", x=np.zeros((0, 3), "f4"), w=np.ones(3, "f4"))
+    bad = subprocess.run([sys.executable, str(py), str(tmp_path / "short.npz")],
+                         capture_output=True, text=True)
+    assert bad.returncode != 0
+    assert "the slice [1:] of axis 0 needs T >= 1, but T = 0" in bad.stderr
+
+
+def test_a_call_binds_a_symbol_to_a_polynomial_dim(tmp_path, capsys):
+    src = tmp_path / "call.tdsl"
+    src.write_text("def g(y: f32[S, 3]) -> f32 { return sum(y[:-1] * y[1:]) }\n"
+                   "def f(x: f32[T, 3], param w: f32[3]) -> f32 { return g(x[1:] * w) }\n")
+    rng = np.random.default_rng(2)
+    x, w = rng.standard_normal((6, 3)), rng.standard_normal(3)
+    np.savez(tmp_path / "in.npz", x=x, w=w)
+    assert cli.main(["compile", str(src), "--mode", "forward"]) == 0
+    assert "(%y: f32[T-1, 3])" in capsys.readouterr().out
+    out = tmp_path / "out.npz"
+    assert cli.main(["run", str(src), "--dtype", "f64", "--inputs", str(tmp_path / "in.npz"),
+                     "--wrt", "x,w", "--out", str(out)]) == 0
+    res = np.load(out)
+    y = x[1:] * w
+    np.testing.assert_allclose(res["out"], np.sum(y[:-1] * y[1:]), rtol=1e-12)
+    gy = np.zeros_like(y)
+    gy[:-1] += y[1:]
+    gy[1:] += y[:-1]
+    gx = np.zeros_like(x)
+    gx[1:] = gy * w
+    np.testing.assert_allclose(res["grad_x"], gx, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(res["grad_w"], np.sum(gy * x[1:], axis=0), rtol=1e-12)

@@ -15,6 +15,7 @@ import os
 from ..ir.core import Block, Function, Module, Op
 from ..ir.types import NUMPY_DTYPE, dim_symbols, is_symbol
 from ..ops import registry
+from adc_runtime.dims import symbolic_slice
 from adc_runtime.executor import ANNOTATION_ATTRS
 from .names import Namer, dim_expr, sanitize
 
@@ -192,6 +193,8 @@ class _FunctionEmitter:
                 call += "[0]"
             self.lines.append(f"{pad}{outs} = {call}")
             return
+        if op.name in ("index", "index_grad"):
+            self.slice_checks(op, pad)
         if op.name not in registry.REGISTRY:
             raise NotImplementedError(f"the Python emitter does not know the op '{op.name}'")
         kwargs = []
@@ -201,6 +204,24 @@ class _FunctionEmitter:
             src = _attr_source(op, k, v, self.syms)
             kwargs.append(f"{k}={src}" if k.isidentifier() else f"**{{{k!r}: {src}}}")
         self.lines.append(f"{pad}{outs} = K[{op.name!r}]({', '.join(['np'] + args + kwargs)})")
+
+    def slice_checks(self, op: Op, pad: str) -> None:
+        """The executor's run-time premise of a slice of a symbolic axis (`check_slices`):
+        the axis is long enough for the length the compiler gave the slice."""
+        shape = op.operands[0].type.shape if op.name == "index" else op.attrs["shape"]
+        for axis, (e, d) in enumerate(zip(op.attrs["idx"], shape)):
+            if not isinstance(d, str) or not isinstance(e, (list, tuple)) \
+                    or e[2] not in (None, 1, -1):
+                continue
+            rule = symbolic_slice(*e)
+            if rule is None or rule[2] <= 0:
+                continue
+            written = ":".join("" if v is None else str(v) for v in e[:2]) + (
+                "" if e[2] is None else f":{e[2]}")
+            size = dim_expr(d, self.syms)
+            message = f"the slice [{written}] of axis {axis} needs {d} >= {rule[2]}, but {d} = "
+            self.lines.append(f"{pad}if {size} < {rule[2]}:")
+            self.lines.append(f"{pad}    raise ValueError({message!r} + str({size}))")
 
     def fused(self, op: Op, depth: int) -> None:
         """A fused group inline, op by op: its arguments and results are aliases."""
