@@ -73,8 +73,9 @@ def bind_dims(fn, arrays: list, dims: Mapping[str, int] | None = None) -> dict[s
     return bound
 
 
-def _last_uses(block) -> dict[int, list]:
-    """For each op index, the values defined in `block` whose last use is that op."""
+def last_uses(block) -> dict[int, list]:
+    """For each op index, the values defined in `block` whose last use is that op (-1:
+    arguments never used). The compiler's memory model uses this same rule."""
     last: dict[Any, int] = {}
     for v in block.args:
         last[v] = -1
@@ -119,7 +120,7 @@ class Executor:
     def run_block(self, block, env, args, keep_results=False) -> list:
         plan = self._plans.get(id(block))
         if plan is None:
-            plan = self._plans[id(block)] = _last_uses(block)
+            plan = self._plans[id(block)] = last_uses(block)
         for v, a in zip(block.args, args):
             self._set(env, v, a)
         for v in plan.get(-1, ()):

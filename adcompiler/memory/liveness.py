@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from adc_runtime.executor import last_uses  # the runtime frees values by this rule
+
 from ..ir.core import Block, Function, Module, Op, Value
 from .sizes import trip_count, value_bytes
 
@@ -31,22 +33,6 @@ class MemoryProfile:
     peak_op: Op | None = None          # the op during or after which the peak is reached
     live_at_peak: list[tuple[Value, int]] = field(default_factory=list)
     tracked_peak: int = 0              # the peak of the bytes of `tracked` values alone
-
-
-def last_uses(block: Block) -> dict[int, list[Value]]:
-    """For each op index, the values of `block` whose last use is that op (-1: unused args)."""
-    last: dict[Value, int] = {v: -1 for v in block.args}
-    for k, op in enumerate(block.ops):
-        for v in op.results:
-            last[v] = k
-        for inner in op.walk():
-            for v in inner.operands:
-                if v in last:
-                    last[v] = k
-    table: dict[int, list[Value]] = {}
-    for v, k in last.items():
-        table.setdefault(k, []).append(v)
-    return table
 
 
 class _Walk:
