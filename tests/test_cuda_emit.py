@@ -1,5 +1,6 @@
-"""The CUDA emitter: golden kernel sources, every elementwise op has a formula, the emitted
-module is valid Python, and (where nvcc is installed) the kernels compile as CUDA C++."""
+"""The CUDA emitter: golden kernel sources (elementwise and reduction kernels), every
+elementwise op has a formula, the emitted module is valid Python, and (where nvcc is
+installed) the kernels compile as CUDA C++, reductions and every cast included."""
 from __future__ import annotations
 
 import ast
@@ -14,6 +15,9 @@ from adcompiler.emit.cuda import (HANDLED, PREAMBLE, emit_cuda, ensure_fused, ke
                                   literal)
 from adcompiler.frontend import compile_source
 from adcompiler.ops import registry
+from adcompiler.passes.fuse import Fuse
+
+DTYPES = ("f16", "f32", "f64", "i32", "i64", "bool")
 
 SIGMOID = "def f(x: f32[4], b: f32[4]) -> f32[4] {\n    return sigmoid(x * 2.0 + b)\n}\n"
 SIGMOID_KERNEL = """\
@@ -52,6 +56,69 @@ adc_g_0 = cupy.ElementwiseKernel(
     'adc_g_0', preamble=PREAMBLE)
 """
 
+SUMSQ = ("def r(x: f32[B, 4], y: f32[4]) -> f32[B] {\n"
+         "    return mean(square(x - y), axis=-1)\n}\n")
+SUMSQ_KERNEL = """\
+# @r at t.tdsl:2:26: sub, square, mean
+# launch: axis=(1,), keepdims=False
+adc_r_0 = cupy.ReductionKernel(
+    'float32 in0, float32 in1',
+    'float32 out0',
+    'adc_r_0_map(in0, in1)',
+    'a + b',
+    'out0 = (float)(a / (float)(_in_ind.size() / _out_ind.size()))',
+    '0',
+    'adc_r_0', reduce_type='float',
+    preamble=PREAMBLE + r'''
+__device__ __forceinline__ float adc_r_0_map(const float in0, const float in1) {
+    const float t0 = in0 - in1;
+    const float t1 = t0 * t0;
+    return t1;
+}
+''')
+"""
+
+MAXH = ("def m(x: f16[3, 4], k: i32[3, 4]) -> (f16[1, 4], i32) {\n"
+        "    return max(exp(x) * 2.0, axis=0, keepdims=true), min(k * 3)\n}\n")
+MAXH_KERNELS = """\
+# @m at t.tdsl:2:16: exp, mul, max
+# launch: axis=(0,), keepdims=True
+adc_m_0 = cupy.ReductionKernel(
+    'float16 in0',
+    'float16 out0',
+    'adc_m_0_map(in0)',
+    'adc_max(a, b)',
+    'out0 = (float16)(a)',
+    '(-__int_as_float(0x7f800000))',
+    'adc_m_0', reduce_type='float',
+    preamble=PREAMBLE + r'''
+__device__ __forceinline__ float16 adc_m_0_map(const float16 in0) {
+    const float16 t0 = (float16)(2.0f);
+    const float16 t1 = (float16)(expf((float)in0));
+    const float16 t2 = (float16)((float)t1 * (float)t0);
+    return t2;
+}
+''')
+
+# @m at t.tdsl:2:60: mul, min
+# launch: axis=(0, 1), keepdims=False
+adc_m_1 = cupy.ReductionKernel(
+    'int32 in0',
+    'int32 out0',
+    'adc_m_1_map(in0)',
+    'adc_min(a, b)',
+    'out0 = a',
+    '2147483647',
+    'adc_m_1', reduce_type='int',
+    preamble=PREAMBLE + r'''
+__device__ __forceinline__ int adc_m_1_map(const int in0) {
+    const int t0 = 3;
+    const int t1 = in0 * t0;
+    return t1;
+}
+''')
+"""
+
 MIXED = ("def h(x: f16[4], k: i32[4]) -> (f16[4], bool[4]) {\n"
          "    s = softplus(x) - exp(x)\n    return s, s >= k\n}\n")
 
@@ -60,10 +127,35 @@ def specs(src):
     return list(kernel_specs(ensure_fused(compile_source(src, "t.tdsl"))).values())
 
 
-@pytest.mark.parametrize("src, want", [(SIGMOID, SIGMOID_KERNEL), (WHERE, WHERE_KERNEL)])
+@pytest.mark.parametrize("src, want", [(SIGMOID, SIGMOID_KERNEL), (WHERE, WHERE_KERNEL),
+                                       (SUMSQ, SUMSQ_KERNEL), (MAXH, MAXH_KERNELS)])
 def test_golden_kernels(src, want):
-    (spec,) = specs(src)
-    assert spec.python() == want
+    assert "\n".join(s.python() for s in specs(src)) == want
+
+
+def test_reduction_specs_carry_kind_axes_and_sum_to_shapes():
+    (mean,) = specs(SUMSQ)
+    assert (mean.kind, mean.axis, mean.keepdims, mean.to_shape) == ("reduction", (1,), False,
+                                                                    None)
+    assert [s.kind for s in specs(SIGMOID)] == ["elementwise"]
+    # the adjoint of a broadcast add sums the cotangent back with sum_to, in one kernel
+    m = compile_source("def g(x: f32[3, 4], b: f32[4]) -> f32 {\n"
+                       "    return sum(tanh(x + b))\n}\n", "t.tdsl")
+    from adcompiler.passes.pipeline import run_pipeline
+    grad = run_pipeline(m, "reverse{wrt=b fn=g},cse,dce,fuse")
+    red = [s for s in kernel_specs(grad).values() if s.kind == "reduction"]
+    assert any(s.to_shape == (4,) and s.in_shape == (3, 4) for s in red), red
+
+
+def test_cast_and_stop_gradient_formulas():
+    src = ("def c(x: f64[4], y: f32[4]) -> (f16[4], i32[4], bool[4], f32[4]) {\n"
+           "    return cast(x * 2.0, f16), cast(y * 2.0, i32), cast(y - 1.0, bool), "
+           "stop_gradient(y) + 1.0\n}\n")
+    ops = "\n".join(s.operation for s in specs(src))
+    assert "const float16 t2 = (float16)(t1);" in ops       # one rounding from double
+    assert "const int t2 = (int)(t1);" in ops               # truncation toward zero
+    assert "const bool t2 = t1 != 0.0f;" in ops             # NaN != 0 is true, as NumPy
+    assert "const float t1 = in0;\nconst float t2 = t1 + t0;" in ops
 
 
 def test_float16_computes_in_float_and_rounds_each_op():
@@ -94,6 +186,11 @@ def test_cli_emit_cuda(capsys, tmp_path):
     ast.parse(out)  # the output is a Python module that builds the kernels
     assert "adc_f_grad_0 = cupy.ElementwiseKernel(" in out
     assert out.count("cupy.ElementwiseKernel(") == len(specs(SIGMOID)) + 1  # f and f_grad
+    path.write_text(SUMSQ)
+    assert cli.main(["compile", str(path), "--emit", "cuda", "--mode", "forward"]) == 0
+    out = capsys.readouterr().out
+    ast.parse(out)
+    assert "adc_r_0 = cupy.ReductionKernel(" in out and "adc_r_0_map(in0, in1)" in out
 
 
 # ---- CUDA C++ check with nvcc ---------------------------------------------------------
@@ -112,14 +209,67 @@ def f(x: f32[3, 4], y: f32[4], k: i64[4]) -> (f32[3, 4], bool[3, 4], i64[4]) {
 """
 
 
+CTYPES = {"float16": "float16", "float32": "float", "float64": "double", "int32": "int",
+          "int64": "long long", "bool": "bool"}
+
+REDUCTIONS = """\
+def red(x: f32[3, 4], y: f32[4], h: f16[3, 4], d: f64[3, 4], k: i32[3, 4], n: i64[4]) -> (f32[3], f16[1, 4], f64, i32[3], i64, i64, f16[3], f32[4]) {
+    a = sum(x * y, axis=1)
+    b = mean(square(h - 1.0), axis=0, keepdims=true)
+    c = max(exp(d) - 1.0)
+    e = min(k * 2, axis=1)
+    f = sum(x > y)
+    g = max(n + 1)
+    m = min(sigmoid(h), axis=1)
+    return a, b, c, e, f, g, m, mean(cast(d, f32) * 2.0, axis=0)
+}
+"""
+
+
+def cast_module():
+    """Every cast the type rule allows (dtype to dtype), each its own fused group."""
+    args = ", ".join(f"a_{s}: {s}[4]" for s in DTYPES)
+    rets = [(f"cast(a_{s}, {d})", f"{d}[4]") for s in DTYPES for d in DTYPES]
+    src = (f"def c({args}) -> ({', '.join(t for _, t in rets)}) {{\n"
+           f"    return {', '.join(e for e, _ in rets)}\n}}\n")
+    return Fuse(min_ops=1)(compile_source(src, "cast.tdsl"))
+
+
+def reduction_check_source(spec) -> str:
+    """A reduction kernel as a __global__ function shaped like CuPy's (one thread per output;
+    the same map, REDUCE, identity and POST_MAP expressions, `_type_reduce`, `_in_ind` and
+    `_out_ind`)."""
+    ins = [p.split() for p in spec.in_params.split(", ")]
+    out_t, out_n = spec.out_params.split()
+    args = ", ".join([f"const {CTYPES[t]}* _p_{n}" for t, n in ins]
+                     + [f"{CTYPES[out_t]}* _p_{out_n}", "long long _n_in, long long _n_out"])
+    loads = "\n".join(f"        const {CTYPES[t]} {n} = _p_{n}[_j];" for t, n in ins)
+    return (f'extern "C" __global__ void {spec.name}({args}) {{\n'
+            f"    typedef {spec.reduce_type} _type_reduce;\n"
+            f"    struct Ind {{ long long n; __device__ long long size() const "
+            f"{{ return n; }} }};\n"
+            f"    const Ind _in_ind = {{_n_in}}, _out_ind = {{_n_out}};\n"
+            f"    (void)_in_ind; (void)_out_ind;\n"
+            f"    const long long _i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+            f"    const long long _per = _n_in / _n_out;\n"
+            f"    _type_reduce _s = _type_reduce({spec.identity});\n"
+            f"    for (long long _j = _i * _per; _j < (_i + 1) * _per; ++_j) {{\n{loads}\n"
+            f"        _type_reduce _a = static_cast<_type_reduce>({spec.operation});\n"
+            f"        {{ const _type_reduce a = _s, b = _a; _s = ({spec.reduce_expr}); }}\n"
+            f"    }}\n"
+            f"    {CTYPES[out_t]} &{out_n} = _p_{out_n}[_i];\n"
+            f"    {{ const _type_reduce a = _s; ({spec.post_map_expr}); }}\n}}\n")
+
+
 def cuda_check_source(spec) -> str:
     """The kernel as a __global__ function close to what CuPy generates."""
+    if spec.kind == "reduction":
+        return reduction_check_source(spec)
     params = []
     for kind, text in (("in", spec.in_params), ("out", spec.out_params)):
         for p in text.split(", "):
             t, name = p.split()
-            ctype = {"float16": "float16", "float32": "float", "float64": "double",
-                     "int32": "int", "int64": "long long", "bool": "bool"}[t]
+            ctype = CTYPES[t]
             params.append((kind, ctype, name))
     args = ", ".join(f"const {c}* _p_{n}" if k == "in" else f"{c}* _p_{n}"
                      for k, c, n in params)
@@ -135,10 +285,18 @@ def test_kernels_compile_with_nvcc(tmp_path):
     from adcompiler.passes.pipeline import run_pipeline
     m = compile_source(ALL_OPS, "t.tdsl")
     grad = run_pipeline(m, "inline,canonicalize,cse,dce,reverse{wrt=x,y fn=f},cse,dce,fuse")
-    kernels = list(kernel_specs(grad).values()) + specs(MIXED)  # f, f_grad; h in float16
+    casts = kernel_specs(cast_module())
+    kernels = (list(kernel_specs(grad).values()) + specs(MIXED)  # f, f_grad; h in float16
+               + specs(REDUCTIONS) + specs(SUMSQ) + specs(MAXH) + list(casts.values()))
     names = {o.name for spec_op in kernel_specs(grad) for o in spec_op.regions[0].ops}
-    assert {"gelu", "bce", "bce_with_logits", "pow", "clip", "where"} <= names
-    src = "#include <cuda_fp16.h>\ntypedef __half float16;\n" + PREAMBLE + "\n".join(
+    assert {"gelu", "bce", "bce_with_logits", "pow", "clip", "where", "sum_to"} <= names
+    assert len(casts) == len(DTYPES) ** 2
+    reductions = [s for s in kernels if s.kind == "reduction"]
+    assert {s.reduce_type for s in reductions} >= {"float", "double", "int", "long long"}
+    assert {s.identity for s in reductions} >= {"0", "(-__int_as_float(0x7f800000))",
+                                                "2147483647"}
+    maps = "".join(s.preamble[len(PREAMBLE):] for s in kernels)
+    src = "#include <cuda_fp16.h>\ntypedef __half float16;\n" + PREAMBLE + maps + "\n".join(
         cuda_check_source(s) for s in kernels)
     cu = tmp_path / "kernels.cu"
     cu.write_text(src)

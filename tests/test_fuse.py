@@ -107,6 +107,88 @@ def test_loop_bodies_are_fused():
     assert body_names(g) == ["mul", "tanh", "add", "yield"]
 
 
+# ---- reductions close groups ----------------------------------------------------------
+
+def test_reduction_closes_a_group():
+    m = fuse("def f(a: f32[3, 4], b: f32[4]) -> (f32, f32[3]) {\n"
+             "    return sum(a * b), mean(square(a - b), axis=1)\n}\n")
+    groups = fused_ops(m["f"])
+    assert [body_names(g) for g in groups] == [["mul", "sum", "yield"],
+                                                ["sub", "square", "mean", "yield"]]
+    assert [[str(r.type) for r in g.results] for g in groups] == [["f32[]"], ["f32[3]"]]
+    assert [o.name for o in m["f"].body.ops] == ["fused", "fused", "return"]
+
+
+def test_cast_and_stop_gradient_are_fused():
+    m = fuse("def f(x: f64[4], k: i32[4]) -> f32 {\n"
+             "    return max(cast(stop_gradient(x) * 2.0, f32) + cast(k, f32))\n}\n")
+    (g,) = fused_ops(m["f"])
+    assert body_names(g) == ["const", "stop_gradient", "mul", "cast", "cast", "add", "max",
+                             "yield"]
+
+
+def test_no_reduction_closes_a_group_whose_members_are_used_outside():
+    m = fuse("def f(x: f32[4]) -> (f32, f32[4]) {\n"
+             "    e = exp(x)\n    return sum(e * 2.0), e\n}\n")
+    (g,) = fused_ops(m["f"])
+    assert body_names(g) == ["const", "exp", "mul", "yield"]
+    assert [o.name for o in m["f"].body.ops] == ["fused", "sum", "return"]
+
+
+def test_reduction_of_a_smaller_member_does_not_close_the_group():
+    # exp(b) is [4] next to a [3, 4] group: summing it in a [3, 4] kernel would count it
+    # three times, so sum(e) stays outside and exp(b) stays apart; x * e closes with sum(y)
+    m = fuse("def f(x: f32[3, 4], b: f32[4]) -> f32 {\n"
+             "    e = exp(b)\n    y = x * e\n    return sum(e) + sum(y)\n}\n")
+    assert [body_names(g) for g in fused_ops(m["f"])] == [["mul", "sum", "yield"]]
+    assert [o.name for o in m["f"].body.ops] == ["exp", "sum", "fused", "add", "return"]
+
+
+def test_closed_group_takes_no_more_members():
+    m = fuse("def f(a: f32[4], b: f32[4]) -> f32 {\n"
+             "    return exp(sum(a * b)) + 1.0\n}\n")
+    groups = [body_names(g) for g in fused_ops(m["f"])]
+    assert groups == [["mul", "sum", "yield"], ["const", "exp", "add", "yield"]]
+
+
+def test_reduction_of_an_argument_or_a_scalar_is_not_fused():
+    m = fuse("def f(x: f32[4], s: f32) -> f32 {\n    return sum(x) + sum(exp(s))\n}\n")
+    assert all(n[-2] not in ("sum",) for n in (body_names(g) for g in fused_ops(m["f"])))
+
+
+def test_reduction_groups_equal_unfused_on_numpy():
+    src = ("def f(x: f32[B, 3, 4], b: f32[4], k: i32[B, 4]) -> (f32[B, 1, 4], f32[3], i32[4],"
+           " i64, f32[B, 4], f32) {\n"
+           "    return max(x * exp(b), axis=1, keepdims=true), min(tanh(x) - b, axis=[0, 2]),"
+           " sum(k * 3, axis=0), sum(x > b), mean(square(x - b), axis=-2),"
+           " sum(cast(k, f32) * 0.5)\n}\n")
+    m = compile_source(src, "<t>")
+    fused = roundtrip(Fuse()(m))
+    closers = [body_names(g)[-2] for g in fused_ops(fused["f"])]
+    assert sorted(closers) == ["max", "mean", "min", "sum", "sum", "sum"]
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((5, 3, 4)).astype(np.float32)
+    x[0, 1, 2] = np.nan  # NaN propagates through max and min
+    data = {"x": x, "b": rng.standard_normal(4).astype(np.float32),
+            "k": rng.integers(-9, 9, (5, 4)).astype(np.int32)}
+    want, peak = _run(m, "f", data)
+    got, fused_peak = _run(fused, "f", data)
+    for a, w in zip(got, want):
+        assert a.dtype == w.dtype and a.shape == w.shape
+        assert np.array_equal(a, w, equal_nan=True)
+    assert np.isnan(got[0]).any() and np.isnan(got[1]).any()
+    assert fused_peak < peak  # no [B, 3, 4] intermediate is kept
+
+
+def test_samples_have_reduction_groups():
+    closers = set()
+    for name in NAMES:
+        comp = compile_program(str(SAMPLES / f"{name}.tdsl"), "reverse")
+        for fn in Fuse()(comp.module).functions.values():
+            closers |= {body_names(g)[-2] for g in fused_ops(fn)}
+    assert {"sum", "mean", "sum_to"} <= closers
+
+
 def test_min_ops_and_the_pipeline_string():
     src = "def f(x: f32[4]) -> f32[4] {\n    return exp(sin(x))\n}\n"
     m = compile_source(src, "<t>")

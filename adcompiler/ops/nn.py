@@ -288,7 +288,7 @@ register("one_hot", _one_hot, operands=("idx",),
 
 # ---- stop_gradient / cast -------------------------------------------------------------
 
-register("stop_gradient", lambda types, attrs: types[0], traits=("no_grad",),
+register("stop_gradient", lambda types, attrs: types[0], traits=("no_grad", "elementwise"),
          doc="the value of x with zero derivative")
 
 
@@ -300,7 +300,7 @@ def _cast_vjp(b, op, cts):
 
 
 register("cast", lambda types, attrs: types[0].with_dtype(attrs["dtype"]),
-         options=(Option("dtype", "dtype"),), vjp=_cast_vjp)
+         options=(Option("dtype", "dtype"),), traits=("elementwise",), vjp=_cast_vjp)
 
 
 # ---- JVP rules ------------------------------------------------------------------------

@@ -29,8 +29,25 @@ operands when the union stays
   fusion never lengthens a live range by hoisting (say) an adjoint op into the forward
   sweep, where its result would be held until the reverse sweep reads it.
 
+A reduction closes a group. A reduction op (`CLOSERS`: ``sum``, ``mean``, ``max``,
+``min`` over ``axis`` with ``keepdims``, and ``sum_to``, the adjoint's unbroadcast) joins
+the group that produces its operand as its last member when
+
+* its operand has rank 1 or more and the group's full broadcast shape (the kernel maps
+  every point of the group's iteration space and reduces the mapped values; a smaller
+  operand would be one that broadcasting repeats, and reducing it would count it again);
+* no elementwise member's result is used outside the group or returned: only the
+  reduction's result leaves it (a reduction kernel writes reduced outputs only);
+* the group is convex with it (as above) and has no reduction yet.
+
+A closed group takes no further members: an op that reads the reduction's result starts a
+group of its own. The region still runs op by op to exactly the unfused result; the CUDA
+emitter turns a closed group into one ``cupy.ReductionKernel`` (the elementwise members are
+its map, the reduction its reduce step). ``var`` and ``logsumexp`` do not close groups.
+
 Scalar ``const`` operands are copied into the region, so kernels see literals. Groups of
-fewer than `min_ops` elementwise ops are left alone.
+fewer than `min_ops` members (elementwise ops and a closing reduction; consts not counted)
+are left alone.
 """
 from __future__ import annotations
 
@@ -45,6 +62,8 @@ from .clone import clone_op
 from .pipeline import FunctionPass, register_pass
 
 FUSED = "fused"
+# reductions that may close a group of elementwise ops (see the module doc)
+CLOSERS = ("sum", "mean", "max", "min", "sum_to")
 
 
 def fusable(op: Op) -> bool:
@@ -54,19 +73,26 @@ def fusable(op: Op) -> bool:
     return registry.get(op.name).has("elementwise")
 
 
+def closes(op: Op) -> bool:
+    """A reduction that may end a group (its operand produced inside the group)."""
+    return (op.name in CLOSERS and not op.regions and len(op.operands) == 1
+            and len(op.results) == 1 and op.operands[0].type.rank > 0)
+
+
 def _is_const(v: Value) -> bool:
     d = v.defining_op
     return d is not None and d.name == "const" and not d.operands
 
 
 class _Group:
-    __slots__ = ("members", "mask", "shape", "ext")
+    __slots__ = ("members", "mask", "shape", "ext", "closer")
 
     def __init__(self, k: int, shape, producers: set[int]):
         self.members = [k]          # op indices, ascending
         self.mask = 1 << k
-        self.shape = shape          # the broadcast shape of every member's result
+        self.shape = shape          # the broadcast shape of every elementwise member's result
         self.ext = set(producers)   # indices of outside ops that produce members' operands
+        self.closer: int | None = None  # the closing reduction, always the last member
 
 
 class _BlockFuser:
@@ -97,20 +123,26 @@ class _BlockFuser:
         self.group_of: dict[int, _Group] = {}
 
     # -- grouping ----------------------------------------------------------------------
-    def legal(self, members: list[int], mask: int, shape, ext: set[int]) -> bool:
+    def legal(self, members: list[int], mask: int, shape, ext: set[int],
+              closer: int | None = None) -> bool:
         if any(self.dep[y] & mask for y in ext):
             return False
         ops, last = self.block.ops, members[-1]
         for m in members:
+            if m == closer:
+                continue  # the reduction's result is the group's only result
             v = ops[m].result
             outside = [u for u in self.users.get(v, ()) if not (mask >> u) & 1]
-            if outside and (v.type.shape != shape or min(outside) < last):
+            if outside and (closer is not None or v.type.shape != shape
+                            or min(outside) < last):
                 return False
         return True
 
     def merge(self, g: _Group, k: int) -> _Group | None:
         """`g` with the op `k` (already in its own group `h`) merged in, if legal."""
         h = self.group_of[k]
+        if g.closer is not None or h.closer is not None:
+            return None
         try:
             shape = broadcast_shapes(g.shape, h.shape)
         except ShapeError:
@@ -125,9 +157,26 @@ class _BlockFuser:
             self.group_of[m] = g
         return g
 
+    def close(self, k: int) -> None:
+        """Let the reduction `k` close the group that produces its operand, if legal."""
+        ops = self.block.ops
+        j = self.def_at.get(ops[k].operands[0])
+        g = self.group_of.get(j) if j is not None else None
+        if g is None or g.closer is not None or ops[j].result.type.shape != g.shape:
+            return
+        members, mask = g.members + [k], g.mask | (1 << k)
+        ext = {y for y in g.ext | self.producers[k] if not (mask >> y) & 1}
+        if not self.legal(members, mask, g.shape, ext, closer=k):
+            return
+        g.members, g.mask, g.ext, g.closer = members, mask, ext, k
+        self.group_of[k] = g
+
     def group(self) -> list[_Group]:
         ops = self.block.ops
         for k, op in enumerate(ops):
+            if closes(op):
+                self.close(k)
+                continue
             if not fusable(op):
                 continue
             g = _Group(k, op.result.type.shape, self.producers[k])
