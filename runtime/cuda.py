@@ -5,11 +5,15 @@ measured peak device memory.
   table with ``xp = cupy``: cuBLAS for ``matmul``/``einsum``), and outputs stay on the
   device until the caller copies them back.
 * A ``fused`` op runs the ``cupy.ElementwiseKernel`` built from its `KernelSpec` (made by
-  ``adcompiler.emit.cuda``; this package never imports the compiler). Kernels are built
-  once per source text, which fixes the dtypes, and kept for the life of the process; CuPy
-  compiles each for the ranks it meets and caches the binaries. Outputs are allocated at the
-  shape the IR declares and passed in, so a group whose inputs are all literals still has
-  its size.
+  ``adcompiler.emit.cuda``; this package never imports the compiler), or the
+  ``cupy.ReductionKernel`` where a reduction closes the group (``spec.kind ==
+  "reduction"``). Kernels are built once per source text, which fixes the dtypes, and kept
+  for the life of the process; CuPy compiles each for the ranks (and reduction axes) it
+  meets and caches the binaries. Outputs are allocated at the shape the IR declares and
+  passed in, so a group whose inputs are all literals still has its size; a reduction kernel
+  gets its output the same way (CuPy checks its shape), with ``axis=`` and ``keepdims=``
+  from the reduction op, and for ``sum_to`` the summed axes worked out from the run-time
+  shapes as the NumPy kernel does, reduced with ``keepdims=True`` and reshaped.
 * Scalar constants are uploaded once per executor, not once per use.
 * `PeakMemoryHook` follows the memory pool's mallocs and frees (``MemoryPool`` keeps no
   high-water mark): ``peak_bytes_measured`` is the most device memory held by arrays at
@@ -48,14 +52,30 @@ def load_cupy():
 
 
 def build_kernel(cupy, spec):
-    """The ElementwiseKernel of `spec`, built once per source text."""
-    key = (spec.name, spec.in_params, spec.out_params, spec.operation, spec.preamble)
+    """The ElementwiseKernel or ReductionKernel of `spec`, built once per source text."""
+    kind = getattr(spec, "kind", "elementwise")
+    key = (kind, spec.name, spec.in_params, spec.out_params, spec.operation, spec.preamble)
+    if kind == "reduction":
+        key += (spec.reduce_expr, spec.post_map_expr, spec.identity, spec.reduce_type)
     kern = _KERNELS.get(key)
     if kern is None:
-        kern = _KERNELS[key] = cupy.ElementwiseKernel(
-            spec.in_params, spec.out_params, spec.operation, spec.name,
-            preamble=spec.preamble)
+        if kind == "reduction":
+            kern = cupy.ReductionKernel(
+                spec.in_params, spec.out_params, spec.operation, spec.reduce_expr,
+                spec.post_map_expr, spec.identity, spec.name, reduce_type=spec.reduce_type,
+                preamble=spec.preamble)
+        else:
+            kern = cupy.ElementwiseKernel(spec.in_params, spec.out_params, spec.operation,
+                                          spec.name, preamble=spec.preamble)
+        _KERNELS[key] = kern
     return kern
+
+
+def sum_to_axes(shape, target) -> tuple[int, ...]:
+    """The axes that ``sum_to`` sums to take `shape` down to `target` (with keepdims)."""
+    lead = len(shape) - len(target)
+    return tuple(range(lead)) + tuple(lead + k for k, d in enumerate(target)
+                                      if d == 1 and shape[lead + k] != 1)
 
 
 def peak_memory_hook(cupy):
@@ -105,10 +125,25 @@ class CudaExecutor(Executor):
         xp = self.xp
         kern = build_kernel(xp, spec)
         captured = [env[v] for v in spec.captures]
+        if getattr(spec, "kind", "elementwise") == "reduction":
+            return [self._reduce(kern, spec, op.results[0], [*args, *captured])]
         outs = [xp.empty(self._resolve(r.type.shape), dtype=DTYPES[r.type.dtype])
                 for r in op.results]
         kern(*args, *captured, *outs)
         return outs
+
+    def _reduce(self, kern, spec, result, ins):
+        dtype = DTYPES[result.type.dtype]
+        if spec.to_shape is None:
+            out = self.xp.empty(self._resolve(result.type.shape), dtype=dtype)
+            kern(*ins, out, axis=tuple(spec.axis), keepdims=spec.keepdims)
+            return out
+        shape, target = self._resolve(spec.in_shape), self._resolve(spec.to_shape)
+        axes = sum_to_axes(shape, target)
+        kept = tuple(1 if k in axes else d for k, d in enumerate(shape))
+        out = self.xp.empty(kept, dtype=dtype)
+        kern(*ins, out, axis=axes, keepdims=True)
+        return out.reshape(target)
 
 
 def run_function(module, fn_name: str, inputs: Mapping[str, Any], specs: Mapping | None = None,

@@ -156,6 +156,72 @@ def test_every_op_on_gpu_matches_numpy(cupy):
     assert not failures, "\n".join(failures)
 
 
+# groups closed by reductions, per dtype; GPU sums run in another order than NumPy's
+# pairwise sums, so sums and means match to rounding; max/min and integer sums exactly
+REDUCTIONS = """\
+def r(x: DT[B, 3, 64], b: DT[64], k: i32[B, 64]) -> (DT[B, 1, 64], DT[3], i32[64], i64,
+                                                       DT[B, 64], DT, DT[64]) {
+    hi = max(x * exp(b), axis=1, keepdims=true)
+    lo = min(tanh(x) - b, axis=[0, 2])
+    ks = sum(k * 3, axis=0)
+    count = sum(x > b)
+    ms = mean(square(x - b), axis=-2)
+    s = sum(cast(k, DT) * 0.5 + stop_gradient(b))
+    t = sum(tanh(x + b) * x, axis=[0, 1])
+    return hi, lo, ks, count, ms, s, t
+}
+"""
+GRAD = """\
+def g(x: DT[B, 3, 64], b: DT[64]) -> DT {
+    return sum(tanh(x + b) * x) + mean(square(x - b))
+}
+"""
+TOLERANCE = {"f16": dict(rtol=1e-2, atol=1e-2), "f32": dict(rtol=1e-5, atol=1e-5),
+             "f64": dict(rtol=1e-12, atol=1e-12)}
+NP_DTYPE = {"f16": np.float16, "f32": np.float32, "f64": np.float64}
+
+
+def reduction_modules(dtype):
+    """The reductions program and the gradient of GRAD (its adjoint has sum_to groups)."""
+    fwd = compile_source(REDUCTIONS.replace("DT", dtype), "reductions.tdsl")
+    grad = Reverse(wrt=("b",), fn="g")(compile_source(GRAD.replace("DT", dtype), "g.tdsl"))
+    return fwd, grad
+
+
+def test_reduction_programs_form_reduction_kernels():
+    for dtype in TOLERANCE:
+        fwd, grad = reduction_modules(dtype)
+        kinds = [s.kind for s in kernel_specs(ensure_fused(fwd)).values()]
+        assert kinds.count("reduction") == 7, (dtype, kinds)
+        closers = {s.where.rsplit(", ", 1)[-1] for s in kernel_specs(ensure_fused(grad)).values()
+                   if s.kind == "reduction"}
+        assert "sum_to" in closers, (dtype, closers)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", sorted(TOLERANCE))
+def test_reduction_kernels_on_gpu_match_numpy(cupy, dtype):
+    from adc_runtime.cuda import run_function as run_gpu
+    fwd, grad = reduction_modules(dtype)
+    x = RNG.standard_normal((5, 3, 64)).astype(NP_DTYPE[dtype])
+    b = RNG.standard_normal(64).astype(NP_DTYPE[dtype])
+    x_nan = x.copy()
+    x_nan[1, 2, 3] = np.nan  # max and min propagate NaN, as NumPy does
+    inputs = {"x": x_nan, "b": b, "k": RNG.integers(-100, 100, (5, 64)).astype(np.int32)}
+    fused = ensure_fused(fwd)
+    with np.errstate(invalid="ignore"):
+        want, _ = run_function(fwd, "r", inputs)
+    got, _ = run_gpu(fused, "r", inputs, kernel_specs(fused), cupy=cupy)
+    for k, (g, w) in enumerate(zip(got, want)):
+        g = cupy.asnumpy(g)
+        assert g.dtype == w.dtype and g.shape == w.shape, k
+        if k < 4:  # max, min and integer sums: exact
+            np.testing.assert_array_equal(g, w)
+        else:
+            np.testing.assert_allclose(g, w, equal_nan=True, **TOLERANCE[dtype])
+    compare(cupy, grad, "g_grad", {"x": x, "b": b}, **TOLERANCE[dtype])
+
+
 @pytest.mark.cuda
 def test_cli_run_on_cuda(cupy, capsys, tmp_path):
     from adcompiler import cli

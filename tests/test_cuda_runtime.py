@@ -1,8 +1,10 @@
 """The CuPy backend's plumbing, checked on the CPU with a stand-in for CuPy: NumPy arrays,
-and an ElementwiseKernel that computes its fused op's region with NumPy. It checks what
-the backend passes to a kernel (inputs, captures, then preallocated outputs of the declared
-shapes and dtypes), that kernels are built once per source, the peak-memory hook, and the
-one-line error of ``adc run --device cuda`` without CuPy. The real kernels run in
+and an ElementwiseKernel that computes its fused op's region with NumPy, and a
+ReductionKernel that computes the region's elementwise part with NumPy and reduces it with
+the ``axis``/``keepdims`` the backend passes. It checks what the backend passes to a kernel
+(inputs, captures, then preallocated outputs of the declared shapes and dtypes; for a
+reduction the axes and keepdims), that kernels are built once per source, the peak-memory
+hook, and the one-line error of ``adc run --device cuda`` without CuPy. The real kernels run in
 test_cuda_gpu.py (``pytest -m cuda``)."""
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ import pytest
 from adcompiler import cli
 from adcompiler.cli_compile import compile_program
 from adcompiler.emit.cuda import ensure_fused, kernel_specs
+from adcompiler.frontend import compile_source
+from adcompiler.passes.pipeline import run_pipeline
 from adc_runtime import cuda as backend
 from adc_runtime.executor import Executor, run_function
 
@@ -52,15 +56,44 @@ def fake_cupy(fused_by_name: dict, calls: list):
                 assert o.shape == g.shape and o.dtype == g.dtype
                 o[...] = g
 
+    class ReductionKernel:
+        def __init__(self, in_params, out_params, map_expr, reduce_expr, post_map_expr,
+                     identity, name, reduce_type=None, preamble=""):
+            self.op, self.name = fused_by_name[name], name
+            self.n_in = len(in_params.split(","))
+            assert len(out_params.split(",")) == len(self.op.results) == 1
+            assert map_expr.startswith(f"{name}_map(") and f" {name}_map(" in preamble
+            assert reduce_type and identity
+            calls.append(("build", name))
+
+        def __call__(self, *args, axis, keepdims):
+            ins, (out,) = args[:self.n_in], args[self.n_in:]
+            calls.append(("launch", self.name, axis, keepdims))
+            body = self.op.regions[0]
+            env = ChainMap(dict(zip(body.args, ins[:len(body.args)])))
+            ex = Executor(None, np)
+            for inner in body.ops[:-2]:  # the map: every op before the reduction
+                env.maps[0].update(zip(inner.results, ex.run_op(inner, env)))
+            red = body.ops[-2]
+            x = env[red.operands[0]]
+            assert x.shape == np.broadcast_shapes(*(a.shape for a in ins))  # full shape
+            reduce = {"sum": np.sum, "sum_to": np.sum, "mean": np.mean, "max": np.max,
+                      "min": np.min}[red.name]
+            got = np.asarray(reduce(x, axis=axis, keepdims=keepdims))
+            assert out.shape == got.shape
+            out[...] = got
+
     cp = types.ModuleType("numpy")  # kernels take NumPy's paths for a module named numpy
     cp.__dict__.update({k: getattr(np, k) for k in dir(np) if not k.startswith("__")})
     cp.ElementwiseKernel = ElementwiseKernel
+    cp.ReductionKernel = ReductionKernel
     stream = types.SimpleNamespace(synchronize=lambda: None)
     cp.cuda = types.SimpleNamespace(MemoryHook=FakeHook, get_current_stream=lambda: stream)
     return cp
 
 
-@pytest.mark.parametrize("name", ["mlp", "attention", "rnn", "transformer_stack"])
+@pytest.mark.parametrize("name", ["mlp", "attention", "rnn", "transformer_stack", "deep_mlp",
+                                  "autograd_intro"])
 def test_backend_runs_fused_kernels_like_numpy(name):
     comp = compile_program(str(SAMPLES / f"{name}.tdsl"), "reverse")
     module = ensure_fused(comp.module)
@@ -74,12 +107,56 @@ def test_backend_runs_fused_kernels_like_numpy(name):
         got, stats = backend.run_function(module, comp.run_name, data, specs, cupy=cp)
         for a, b in zip(got, want):
             np.testing.assert_array_equal(a, b)
-    built = [n for kind, n in calls if kind == "build"]
-    launched = {n for kind, n in calls if kind == "launch"}
+    built = [n for kind, n, *_ in calls if kind == "build"]
+    launched = {n for kind, n, *_ in calls if kind == "launch"}
     assert len(built) == len(set(built))           # built once, reused by the second run
     assert launched and launched <= set(built)
     assert stats["peak_bytes_measured"] == 0       # the stand-in hook sees no allocations
     assert stats["peak_bytes"] == run_function(module, comp.run_name, data)[1]["peak_bytes"]
+
+
+REDUCE = """\
+def f(x: f32[B, 3, 4], b: f32[4], k: i32[B, 4]) -> f32 {
+    y = tanh(x * 2.0 + b)
+    m = max(x * exp(b), axis=[0, -1], keepdims=true)
+    n = min(exp(x) - 1.0, axis=1)
+    c = sum(k * 2, axis=0)
+    return sum(m) + mean(n * n) + sum(cast(c, f32)) + mean(x * y)
+}
+"""
+
+
+def test_reduction_kernels_get_axes_keepdims_and_outputs():
+    m = compile_source(REDUCE, "t.tdsl")
+    grad = run_pipeline(m, "reverse{wrt=b fn=f},cse,dce,fuse")
+    specs = kernel_specs(grad)
+    by_name = {s.name: op for op, s in specs.items()}
+    calls: list = []
+    cp = fake_cupy(by_name, calls)
+    backend._KERNELS.clear()
+    rng = np.random.default_rng(0)
+    data = {"x": rng.standard_normal((2, 3, 4)).astype(np.float32),
+            "b": rng.standard_normal(4).astype(np.float32),
+            "k": rng.integers(-5, 5, (2, 4)).astype(np.int32)}
+    for fn in ("f", "f_grad"):
+        want, _ = run_function(grad, fn, data)
+        got, _ = backend.run_function(grad, fn, data, specs, cupy=cp)
+        for a, w in zip(got, want):
+            assert a.dtype == w.dtype and a.shape == w.shape
+            np.testing.assert_array_equal(a, w)
+    launches = {(specs_by(specs, n).where.split(": ")[1], axis, keepdims)
+                for kind, n, *rest in calls if kind == "launch" and rest
+                for axis, keepdims in [rest]}
+    assert ("exp, mul, max", (0, 2), True) in launches
+    assert ("exp, sub, min", (1,), False) in launches
+    assert ("mul, sum", (0,), False) in launches
+    assert ("mul, add, tanh, mul, mean", (0, 1, 2), False) in launches
+    # the adjoint of `+ b` sums a [B, 3, 4] cotangent down to [4]: sum_to over axes 0, 1
+    assert any(m.endswith("sum_to") and axis == (0, 1) and keep for m, axis, keep in launches)
+
+
+def specs_by(specs, name):
+    return next(s for s in specs.values() if s.name == name)
 
 
 def test_peak_hook_tracks_the_high_water_mark():
