@@ -130,12 +130,16 @@ def cmd_run(args) -> int:
         outs, stats = _run_cuda(comp, inputs, binder.env, xp)
     if remat_stats is not None and args.stats_json:
         write_stats_json(args.stats_json, remat_stats,
-                         stats.get("peak_bytes_measured", stats["peak_bytes"]))
+                         peak_bytes_measured=stats.get("peak_bytes_measured",
+                                                       stats["peak_bytes"]),
+                         arena_bytes=stats.get("arena_bytes"))
     if xp is not np:
         outs = [xp.asnumpy(o) for o in outs]
     named = list(zip(comp.output_names(), [np.asarray(o) for o in outs]))
     print(summary(named))
-    print(f"\npeak live memory: {stats['peak_bytes']:,} bytes")
+    arena = stats.get("arena_bytes")
+    print(f"\npeak live memory: {stats['peak_bytes']:,} bytes" +
+          (f"; planned buffers: {arena:,} bytes in one arena" if arena else ""))
     if "peak_bytes_measured" in stats:
         print(f"peak device memory (measured): {stats['peak_bytes_measured']:,} bytes")
     if args.out:

@@ -67,14 +67,13 @@ def report(stats: dict, out=None) -> None:
     print(format_stats(stats), file=out or sys.stderr)
 
 
-def write_stats_json(path: str, stats: dict, peak_measured: int | None = None) -> None:
-    data = dict(stats)
-    if peak_measured is not None:
-        data["peak_bytes_measured"] = peak_measured
+def write_stats_json(path: str, stats: dict, **measured) -> None:
+    """The schedule's `stats` and the run's `measured` figures (``peak_bytes_measured``,
+    ``arena_bytes``), as JSON, written atomically."""
+    from .cli_output import save_text
+    data = {**stats, **{k: v for k, v in measured.items() if v is not None}}
     try:
-        with open(path, "w") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
+        save_text(path, json.dumps(data, indent=2) + "\n")
     except OSError as e:
         raise AdcError(f"cannot write {path}: {e.strerror}") from None
 

@@ -9,22 +9,27 @@ measured peak device memory.
   ``cupy.ReductionKernel`` where a reduction closes the group (``spec.kind ==
   "reduction"``). Kernels are built once per source text, which fixes the dtypes, and kept
   for the life of the process; CuPy compiles each for the ranks (and reduction axes) it
-  meets and caches the binaries. Outputs are allocated at the shape the IR declares and
-  passed in, so a group whose inputs are all literals still has its size; a reduction kernel
+  meets and caches the binaries. Outputs are passed in at the shape the IR declares (their
+  planned buffers, see below), so a group whose inputs are all literals still has its size;
+  a reduction kernel
   gets its output the same way (CuPy checks its shape), with ``axis=`` and ``keepdims=``
   from the reduction op, and for ``sum_to`` the summed axes worked out from the run-time
   shapes as the NumPy kernel does, reduced with ``keepdims=True`` and reshaped.
+* Buffers are planned (`adc_runtime.buffers`): the fused kernels, ``matmul`` (cuBLAS with
+  ``out=``), the single-ufunc ops and loops' stacks write into one device arena per
+  function, allocated on the executor's first call and reused by every later step.
 * Scalar constants are uploaded once per executor, not once per use.
 * `PeakMemoryHook` follows the memory pool's mallocs and frees (``MemoryPool`` keeps no
   high-water mark): ``peak_bytes_measured`` is the most device memory held by arrays at
   once, inputs included, next to ``peak_bytes`` (the executor's SSA accounting).
 
 CUDA graphs are not used. Capture would wrap the runs of ops between two matrix products
-(``run_block`` below is the place: cut the block at ``matmul``/``einsum`` ops, capture each
+(``run_block`` is the place: cut the block at ``matmul``/``einsum`` ops, capture each
 segment once per shape, replay it), because CuPy refuses cuBLAS calls during stream capture
-(cupy/cupy#6290). Replaying also needs every buffer of a segment at a fixed address across
-steps, i.e. planned buffers instead of pool allocations; until those exist a captured graph
-would read and write memory the pool has handed to other arrays.
+(cupy/cupy#6290). Replaying needs every buffer a segment touches at a fixed address across
+steps: planned values have one now, but the ops without an in-place form (reductions
+outside fused groups, shape ops that copy, softmax, ...) still allocate from the pool, so
+a segment can be captured only where all its ops write planned buffers.
 
 CuPy is imported only by `load_cupy`, i.e. only when the CUDA device is asked for.
 """
@@ -118,6 +123,15 @@ class CudaExecutor(Executor):
             return [self._consts[key]]
         return super().run_op(op, env)
 
+    def in_place_results(self, op) -> list:
+        """Also the results of fused kernels (a ``sum_to`` reduction writes a kept-dims
+        array that it then reshapes, so its result is not planned)."""
+        spec = self.specs.get(op) if op.name == "fused" else None
+        if spec is not None:
+            closed = getattr(spec, "kind", "elementwise") == "reduction"
+            return [] if closed and spec.to_shape is not None else list(op.results)
+        return super().in_place_results(op)
+
     def run_fused(self, op, env, args) -> list:
         spec = self.specs.get(op)
         if spec is None:
@@ -127,15 +141,14 @@ class CudaExecutor(Executor):
         captured = [env[v] for v in spec.captures]
         if getattr(spec, "kind", "elementwise") == "reduction":
             return [self._reduce(kern, spec, op.results[0], [*args, *captured])]
-        outs = [xp.empty(self._resolve(r.type.shape), dtype=DTYPES[r.type.dtype])
-                for r in op.results]
+        outs = [self.result_buffer(r) for r in op.results]
         kern(*args, *captured, *outs)
         return outs
 
     def _reduce(self, kern, spec, result, ins):
         dtype = DTYPES[result.type.dtype]
         if spec.to_shape is None:
-            out = self.xp.empty(self._resolve(result.type.shape), dtype=dtype)
+            out = self.result_buffer(result)
             kern(*ins, out, axis=tuple(spec.axis), keepdims=spec.keepdims)
             return out
         shape, target = self._resolve(spec.in_shape), self._resolve(spec.to_shape)

@@ -15,7 +15,9 @@ from typing import Any, Mapping
 import numpy
 
 from .dims import eval_dim, symbolic_slice
-from .kernels import DTYPES, KERNELS
+from .buffers import plan_block, value_nbytes
+from .kernels import DTYPES, KERNELS, OUT_KERNELS
+from .liveness import last_uses  # noqa: F401  (the compiler's memory model reads it here)
 
 SHAPE_ATTRS = ("shape", "n")  # attributes that may hold symbolic dimensions
 ANNOTATION_ATTRS = ("recompute",)  # marks for readers of the IR, not kernel options
@@ -73,33 +75,25 @@ def bind_dims(fn, arrays: list, dims: Mapping[str, int] | None = None) -> dict[s
     return bound
 
 
-def last_uses(block) -> dict[int, list]:
-    """For each op index, the values defined in `block` whose last use is that op (-1:
-    arguments never used). The compiler's memory model uses this same rule."""
-    last: dict[Any, int] = {}
-    for v in block.args:
-        last[v] = -1
-    for k, op in enumerate(block.ops):
-        for v in op.results:
-            last[v] = k
-        for inner in op.walk():
-            for v in inner.operands:
-                if v in last:
-                    last[v] = k
-    table: dict[int, list] = {}
-    for v, k in last.items():
-        table.setdefault(k, []).append(v)
-    return table
-
-
 class Executor:
-    def __init__(self, module, xp=numpy, dims: Mapping[str, int] | None = None):
+    """Runs functions of `module` on `xp` with the symbolic dimensions bound by `dims`.
+
+    With `plan_buffers`, each function gets one arena (`adc_runtime.buffers`), allocated on
+    its first call and reused by later calls of the same executor, and the ops that can
+    write in place write their results into it: a step then allocates nothing for them."""
+
+    def __init__(self, module, xp=numpy, dims: Mapping[str, int] | None = None,
+                 plan_buffers: bool = True):
         self.module = module
         self.xp = xp
         self.dims = dict(dims or {})
         self.live = 0
         self.peak = 0
+        self.plan_buffers = plan_buffers
+        self.arena_bytes = 0                 # the bytes of the arenas allocated so far
         self._plans: dict[int, dict] = {}
+        self._arenas: dict[int, Any] = {}    # id(function) -> its arena
+        self._views: dict[Any, Any] = {}     # planned value -> its array in an arena
 
     # -- live-byte accounting -------------------------------------------------------------
     def _set(self, env, v, a):
@@ -114,8 +108,42 @@ class Executor:
 
     # -- execution ------------------------------------------------------------------------
     def call(self, fn, arrays: list) -> list:
+        if self.plan_buffers and id(fn) not in self._arenas:
+            self._allocate_arena(fn)
         env: dict = {}
         return self.run_block(fn.body, env, arrays, keep_results=True)
+
+    # -- planned buffers ------------------------------------------------------------------
+    def in_place_results(self, op) -> list:
+        """The results of `op` that it can write into given arrays: those of a kernel with
+        an in-place form, for operand types where that form computes in the same type as
+        the allocating one (operands of one dtype, results of it or bool: the same bits),
+        and the stacked outputs of a loop."""
+        if op.name == "for":
+            return op.results[op.attrs["n_carry"]:]
+        if op.name not in OUT_KERNELS or len(op.results) != 1:
+            return []
+        dtypes = {v.type.dtype for v in op.operands}
+        ok = len(dtypes) == 1 and op.results[0].type.dtype in dtypes | {"bool"}
+        return list(op.results) if ok else []
+
+    def result_buffer(self, v):
+        """The array that an op writing in place fills for `v`: its planned buffer, or a
+        new one when `v` has none."""
+        buf = self._views.get(v)
+        if buf is None:
+            buf = self.xp.empty(self._resolve(v.type.shape), dtype=DTYPES[v.type.dtype])
+        return buf
+
+    def _allocate_arena(self, fn) -> None:
+        plan = plan_block(fn.body, self.dims, self.in_place_results)
+        arena = self.xp.empty(plan.arena_bytes, dtype="uint8")
+        self._arenas[id(fn)] = arena
+        self.arena_bytes += plan.arena_bytes
+        for v, off in plan.offsets.items():
+            shape = self._resolve(v.type.shape)
+            nbytes = value_nbytes(v, self.dims)
+            self._views[v] = arena[off:off + nbytes].view(DTYPES[v.type.dtype]).reshape(shape)
 
     def run_block(self, block, env, args, keep_results=False) -> list:
         plan = self._plans.get(id(block))
@@ -163,6 +191,10 @@ class Executor:
             check_slices(op.attrs["idx"], op.operands[0].type.shape, args[0].shape)
         elif op.name == "index_grad":
             check_slices(op.attrs["idx"], op.attrs["shape"], attrs["shape"])
+        if op.results and op.results[0] in self._views:  # a planned in-place write
+            out = self._views[op.results[0]]
+            OUT_KERNELS[op.name](self.xp, *args, out=out, **attrs)
+            return [out]
         kern = KERNELS.get(op.name)
         if kern is None:
             raise RunError(f"no kernel for op '{op.name}'")
@@ -196,8 +228,7 @@ class Executor:
         body = op.regions[0]
         carry, xs = args[:nc], args[nc:]
         ny = len(op.results) - nc
-        ys = [xp.empty(self._resolve(r.type.shape), dtype=DTYPES[r.type.dtype])
-              for r in op.results[nc:]]
+        ys = [self.result_buffer(r) for r in op.results[nc:]]
         # the stacked outputs occupy memory from the first iteration on
         ys_bytes = sum(buf.nbytes for buf in ys)
         self.live += ys_bytes
@@ -214,7 +245,7 @@ class Executor:
 
 
 def run_function(module, fn_name: str, inputs: Mapping[str, Any], xp=numpy,
-                 dims: Mapping[str, int] | None = None):
+                 dims: Mapping[str, int] | None = None, plan_buffers: bool = True):
     """Run `module.functions[fn_name]` on named `inputs`; returns (outputs, stats)."""
     fn = module.functions[fn_name]
     missing = [a.name for a in fn.args if a.name not in inputs]
@@ -222,6 +253,6 @@ def run_function(module, fn_name: str, inputs: Mapping[str, Any], xp=numpy,
         raise RunError(f"missing input '{missing[0]}'")
     arrays = [xp.asarray(inputs[a.name], dtype=DTYPES[a.type.dtype]) for a in fn.args]
     bound = bind_dims(fn, arrays, dims)
-    ex = Executor(module, xp, bound)
+    ex = Executor(module, xp, bound, plan_buffers)
     outs = ex.call(fn, arrays)
-    return outs, {"peak_bytes": ex.peak, "dims": bound}
+    return outs, {"peak_bytes": ex.peak, "arena_bytes": ex.arena_bytes, "dims": bound}

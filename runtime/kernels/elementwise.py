@@ -6,7 +6,7 @@ float one is converted to that float dtype first.
 """
 import math
 
-from . import kernel
+from . import kernel, out_kernel
 
 GELU_K = math.sqrt(2.0 / math.pi)
 
@@ -101,3 +101,33 @@ for _name, _fn in {
 @kernel("where")
 def where(xp, cond, a, b):
     return xp.where(cond, *_promote(xp, a, b))
+
+
+# ---- the same ops writing into a planned buffer (operands of one dtype) ----------------
+
+def _ufunc_out(name: str, *pre):
+    """``xp.<name>(*pre, *operands, out=out)``: `pre` holds leading scalar operands."""
+    return lambda xp, *args, out: getattr(xp, name)(*pre, *args, out=out)
+
+
+for _names, _ufunc, _pre in (
+    (("neg",), "negative", ()), (("exp",), "exp", ()), (("log",), "log", ()),
+    (("log1p",), "log1p", ()), (("expm1",), "expm1", ()), (("sqrt",), "sqrt", ()),
+    (("abs",), "abs", ()), (("sin",), "sin", ()), (("cos",), "cos", ()),
+    (("tanh",), "tanh", ()), (("reciprocal",), "divide", (1,)),
+    (("add",), "add", ()), (("sub",), "subtract", ()), (("mul",), "multiply", ()),
+    (("div",), "divide", ()), (("pow",), "power", ()), (("maximum",), "maximum", ()), (("minimum",), "minimum", ()),
+    (("lt",), "less", ()), (("le",), "less_equal", ()), (("gt",), "greater", ()),
+    (("ge",), "greater_equal", ()), (("eq",), "equal", ()), (("ne",), "not_equal", ()),
+):
+    out_kernel(*_names)(_ufunc_out(_ufunc, *_pre))
+
+
+@out_kernel("relu")
+def relu_out(xp, x, out):
+    return xp.maximum(x, 0, out=out)
+
+
+@out_kernel("square")
+def square_out(xp, x, out):
+    return xp.multiply(x, x, out=out)

@@ -1,10 +1,15 @@
 """Kernels of linear-algebra ops."""
-from . import kernel
+from . import kernel, out_kernel
 
 
 @kernel("matmul")
 def matmul(xp, a, b):
     return xp.matmul(a, b)
+
+
+@out_kernel("matmul")
+def matmul_out(xp, a, b, out):
+    return xp.matmul(a, b, out=out)
 
 
 @kernel("transpose")

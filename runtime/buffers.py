@@ -1,0 +1,209 @@
+"""Buffer planning: one arena per function, with an offset for each value that a kernel can
+write in place (``out=``), so that a step allocates nothing for those values and a second
+step reuses the first one's memory.
+
+A value is planned when its op writes it into a caller-given array (the backend's
+`in_place_results`: ``matmul``, single-ufunc elementwise ops, a loop's stacked outputs, and
+on CUDA the ``fused`` kernels) and neither it nor any value that may share its memory
+leaves the block: a function's results, and a loop body's carried values (the next
+iteration reads them). A loop body's stacked outputs may be planned: the loop copies them
+into its stacks before the next iteration. Values
+may share memory through ops that can return views of their operands (``reshape``,
+``transpose``, ``index``, a loop's carried values, ...): every op that does not write a
+fresh buffer and is not in `FRESH_OPS` is taken to alias its operands (a plugin's
+op too), so a planned value's memory is held until the last use of every value derived
+from it that way.
+
+Offsets come from the interval-packing heuristic of TFLite's arena planner ("greedy by
+size"): values in decreasing size, each at the lowest offset where it overlaps no placed
+value that is live at the same time. Lifetimes are closed intervals of op indices, so an
+op's output never shares memory with the operands it reads. A loop body is planned on its
+own and its arena placed in the parent block as one buffer live only at the loop op; a
+callee gets its own arena. Offsets are aligned to 256 bytes (the CUDA allocator's).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from .dims import eval_dim
+from .liveness import last_uses
+
+ALIGN = 256
+
+# ops whose kernels always return new arrays, never an operand or a view of one (NumPy and
+# CuPy alike). Not here on purpose: reshape, transpose, broadcast_to, expand_dims, squeeze,
+# index, split, einsum (``ij->ji`` is a view), sum_to (the identity when nothing is summed),
+# round/floor/ceil (the identity on integers), stop_gradient, call, for, fused.
+FRESH_OPS = frozenset({
+    "neg", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "abs", "sign", "sin", "cos",
+    "tanh", "relu", "square", "reciprocal", "sigmoid", "softplus", "gelu", "leaky_relu",
+    "clip", "add", "sub", "mul", "div", "pow", "maximum", "minimum", "where",
+    "lt", "le", "gt", "ge", "eq", "ne", "bce", "bce_with_logits", "mse", "cast",
+    "sum", "mean", "max", "min", "var", "logsumexp", "softmax", "log_softmax",
+    "cross_entropy", "layernorm", "take", "take_grad", "one_hot", "matmul", "concat",
+    "stack", "index_grad", "const", "zeros", "ones", "full", "zeros_like", "ones_like",
+    "arange", "dim_value",
+})
+ITEMSIZE = {"f16": 2, "f32": 4, "f64": 8, "i32": 4, "i64": 8, "bool": 1}
+
+
+@dataclass
+class BufferPlan:
+    """Byte offsets of planned values in one arena of `arena_bytes` bytes."""
+
+    arena_bytes: int = 0
+    offsets: dict = field(default_factory=dict)   # Value -> offset in the arena
+    planned_bytes: int = 0                        # the planned values' sizes, summed
+
+
+def _align(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def value_nbytes(v, dims: Mapping[str, int]) -> int:
+    """The bytes of `v` under `dims`; negative when a dimension is (a too-short slice such as
+    T-1 with T = 0, which the run rejects with a named error when it reaches it)."""
+    t = v.type
+    sizes = [eval_dim(d, dims) for d in t.shape]
+    return -1 if any(n < 0 for n in sizes) else ITEMSIZE[t.dtype] * math.prod(sizes)
+
+
+def _pack(items: list[tuple[object, int, int, int]]) -> tuple[dict, int]:
+    """Offsets for (key, size, start, end) items: greedy by size, lowest fitting offset."""
+    placed: list[tuple[int, int, int, int]] = []  # (offset, size, start, end)
+    offsets, top = {}, 0
+    for key, size, start, end in sorted(items, key=lambda it: (-it[1], it[2])):
+        busy = sorted((o, o + s) for o, s, a, b in placed if a <= end and start <= b)
+        offset = 0
+        for lo, hi in busy:
+            if offset + size <= lo:
+                break
+            offset = max(offset, _align(hi))
+        placed.append((offset, size, start, end))
+        offsets[key] = offset
+        top = max(top, offset + size)
+    return offsets, _align(top)
+
+
+def _reads(op) -> set:
+    """What `op` reads: its operands and the outer values its regions read."""
+    return {v for inner in op.walk() for v in inner.operands}
+
+
+def _roots(block, in_place: Callable) -> dict:
+    """For each value of `block`: the block's arguments and the outer values whose memory it
+    may share (empty for memory made inside the block)."""
+    roots: dict = {a: {a} for a in block.args}
+    for op in block.ops:
+        if op.name in ("return", "yield"):
+            continue
+        for r, srcs in alias_sources(op, in_place).items():
+            roots[r] = set().union(*(roots.get(v, {v}) for v in srcs))
+    return roots
+
+
+def alias_sources(op, in_place: Callable) -> dict:
+    """For each result of `op`, the values read by `op` whose memory it may share.
+
+    A loop's carried result may share the memory of its initial value, of a scanned input
+    (a slice is a view) or of a captured value, through any chain of views in the body and
+    across iterations; its stacked outputs are new. A fused group's result may be one of
+    its operands through views. Any other op not in `FRESH_OPS` may return any operand."""
+    written = set(in_place(op))
+    if op.name in FRESH_OPS:
+        return {r: set() for r in op.results}
+    if op.name not in ("for", "fused"):
+        reads = _reads(op)
+        return {r: (set() if r in written else reads) for r in op.results}
+    body = op.regions[0]
+    roots = _roots(body, in_place)
+    outs = body.ops[-1].operands
+    if op.name == "fused":
+        outer = dict(zip(body.args, op.operands))
+        return {r: {outer.get(v, v) for v in roots.get(y, {y})} for r, y in zip(op.results, outs)}
+    nc = op.attrs["n_carry"]
+    inits, xs = op.operands[:nc], op.operands[nc:]
+    carried = body.args[1:1 + nc]
+    scanned = dict(zip(body.args[1 + nc:], xs))
+    sources = [set() for _ in range(nc)]
+    changed = True
+    while changed:  # carry j may hold what carry m held an iteration before
+        changed = False
+        for j in range(nc):
+            new = set()
+            for v in roots.get(outs[j], {outs[j]}):
+                if v in carried:
+                    m = carried.index(v)
+                    new |= {inits[m]} | sources[m]
+                elif v in scanned:
+                    new.add(scanned[v])
+                elif v is not body.args[0]:
+                    new.add(v)
+            if not new <= sources[j]:
+                sources[j] |= new
+                changed = True
+    result = {r: set() for r in op.results[nc:]}
+    result.update(zip(op.results[:nc], sources))
+    return result
+
+
+def plan_block(block, dims: Mapping[str, int], in_place: Callable,
+               n_leaving: int | None = None) -> BufferPlan:
+    """The plan of `block` and of the loop bodies nested in it (see the module doc).
+
+    `in_place(op)` lists the results `op` can write into given arrays; the first
+    `n_leaving` operands of the terminator (all when None) must outlive the block."""
+    ops = block.ops
+    index = {v: k for k, op in enumerate(ops) for v in op.results}
+    # derived[v]: values defined in this block that may share v's memory directly
+    derived: dict = {}
+    planned = {op: in_place(op) for op in ops}
+    for op in ops:
+        if op.name in ("return", "yield"):
+            continue
+        for r, srcs in alias_sources(op, in_place).items():
+            for v in srcs:
+                if v in index:
+                    derived.setdefault(v, set()).add(r)
+    last = {}
+    for k, vs in last_uses(block).items():
+        for v in vs:
+            last[v] = k
+    term = ops[-1] if ops and ops[-1].name in ("return", "yield") else None
+    leaving = set(term.operands[:n_leaving]) if term is not None else set()
+
+    def closure(v) -> set:
+        seen, todo = {v}, [v]
+        while todo:
+            for w in derived.get(todo.pop(), ()):
+                if w not in seen:
+                    seen.add(w)
+                    todo.append(w)
+        return seen
+
+    items, nested = [], {}
+    for k, op in enumerate(ops):
+        if op.name == "for":
+            sub = plan_block(op.regions[0], dims, in_place, op.attrs["n_carry"])
+            if sub.arena_bytes:
+                nested[op] = sub
+                items.append((op, sub.arena_bytes, k, k))
+        for v in planned[op]:
+            group = closure(v)
+            if group & leaving or value_nbytes(v, dims) < 0:
+                continue
+            end = max(last.get(w, index[w]) for w in group)
+            items.append((v, value_nbytes(v, dims), k, end))
+    offsets, arena = _pack(items)
+    plan = BufferPlan(arena, {}, 0)
+    for key, off in offsets.items():
+        sub = nested.get(key)
+        if sub is None:
+            plan.offsets[key] = off
+            plan.planned_bytes += value_nbytes(key, dims)
+        else:
+            plan.offsets.update({v: off + o for v, o in sub.offsets.items()})
+            plan.planned_bytes += sub.planned_bytes
+    return plan

@@ -1,0 +1,240 @@
+"""Planned buffers (`adc_runtime.buffers`): values whose ops can write in place live in one
+arena per function. Checked here: the plan's offsets on small programs (reuse across
+disjoint lifetimes, lifetimes stretched through views, values that leave the function kept
+out), and on every sample and on random programs that (1) no planned write touches memory
+that a live value uses, (2) results are bit-identical to the run without planning, with the
+same SSA peak, and (3) a second call reuses the arena and leaves the first call's outputs
+alone."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from test_property_programs import programs
+from adcompiler.cli_compile import build_pipeline, compile_program
+from adcompiler.frontend import compile_source
+from adcompiler.passes.pipeline import run_pipeline
+from adc_runtime.buffers import ALIGN, alias_sources, plan_block
+from adc_runtime.executor import Executor, bind_dims, run_function
+from adc_runtime.kernels import DTYPES
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+NAMES = sorted(p.stem for p in SAMPLES.glob("*.tdsl"))
+
+
+class Checking:
+    """Asserts, before each planned write, that the target shares no memory with any value
+    that is live at that moment (the op's own operands included)."""
+
+    planned_writes = 0
+
+    def run_op(self, op, env):
+        if op.results and op.results[0] in self._views:
+            out = self._views[op.results[0]]
+            for v, a in env.items():
+                assert not np.may_share_memory(out, a), (
+                    f"{op.name} -> %{op.results[0].name} overwrites live %{v.name}")
+            self.planned_writes += 1
+        return super().run_op(op, env)
+
+
+class CheckingExecutor(Checking, Executor):
+    pass
+
+
+def run_checked(module, name, inputs, plan=True):
+    fn = module[name]
+    arrays = [np.asarray(inputs[a.name], dtype=DTYPES[a.type.dtype]) for a in fn.args]
+    ex = CheckingExecutor(module, np, bind_dims(fn, arrays), plan_buffers=plan)
+    return ex.call(fn, arrays), ex
+
+
+def same(a, b) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
+
+
+def plan_of(src: str):
+    fn = compile_source(src, "<t>")["f"]
+    ex = Executor(None, np)
+    return fn, plan_block(fn.body, {}, ex.in_place_results)
+
+
+def named(fn):
+    return {r.name: r for op in fn.walk() for r in op.results}
+
+
+# ---- the plan on small programs ---------------------------------------------------------
+
+def test_values_with_disjoint_lifetimes_share_memory():
+    fn, plan = plan_of(
+        "def f(x: f32[64], w: f32[64, 64]) -> f32 {\n"
+        "    a = exp(x)\n"     # dies at b
+        "    b = a @ w\n"      # dies at c
+        "    c = tanh(b)\n"    # dies at d
+        "    d = c @ w\n"
+        "    return sum(d)\n}\n")
+    v = named(fn)
+    off = {n: plan.offsets[v[n]] for n in "abcd"}
+    # a and c are never live together, nor are b and d: two slots of 256 B serve four values
+    assert off["a"] == off["c"] and off["b"] == off["d"] and off["a"] != off["b"]
+    assert plan.arena_bytes == 2 * ALIGN and plan.planned_bytes == 4 * 256
+
+
+def test_a_view_keeps_its_base_alive():
+    fn, plan = plan_of(
+        "def f(x: f32[64], y: f32[64]) -> f32 {\n"
+        "    a = exp(x)\n"
+        "    t = reshape(a, [8, 8])\n"   # a's last use; t is a view of a
+        "    b = exp(y)\n"               # must not take a's memory: t still reads it
+        "    return sum(t) + sum(b)\n}\n")
+    v = named(fn)
+    assert plan.offsets[v["a"]] != plan.offsets[v["b"]]
+
+
+def test_values_that_leave_the_function_are_not_planned():
+    fn, plan = plan_of(
+        "def f(x: f32[64]) -> f32[8, 8] {\n"
+        "    a = exp(x)\n"
+        "    return reshape(tanh(a), [8, 8])\n}\n")
+    v = named(fn)
+    assert v["a"] in plan.offsets
+    tanh = next(op.result for op in fn.walk() if op.name == "tanh")
+    assert tanh not in plan.offsets   # returned through a view
+
+
+def test_operands_of_other_dtypes_are_not_written_in_place():
+    fn, plan = plan_of(
+        "def f(x: f32[4], n: i32[4]) -> f32 {\n"
+        "    return sum(x * n)\n}\n")
+    mul = next(op for op in fn.walk() if op.name == "mul")
+    assert not Executor(None, np).in_place_results(mul) and mul.result not in plan.offsets
+
+
+def test_loop_bodies_share_the_function_arena():
+    comp = compile_program(str(SAMPLES / "rnn.tdsl"), "reverse")
+    fn = comp.module[comp.run_name]
+    data = json.loads((SAMPLES / "rnn.json").read_text())
+    arrays = [np.asarray(data[a.name], dtype=DTYPES[a.type.dtype]) for a in fn.args]
+    dims = bind_dims(fn, arrays)
+    plan = plan_block(fn.body, dims, Executor(None, np).in_place_results)
+    in_loops = [v for v in plan.offsets
+                if v.defining_op is not None and v.defining_op.parent is not fn.body]
+    assert in_loops, "the rnn's loop bodies should have planned values"
+    assert max(plan.offsets[v] for v in plan.offsets) < plan.arena_bytes
+
+
+# ---- every sample -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["forward", "reverse"])
+@pytest.mark.parametrize("name", NAMES)
+def test_samples_planned_equal_unplanned(name, mode):
+    comp = compile_program(str(SAMPLES / f"{name}.tdsl"), mode)
+    data = json.loads((SAMPLES / f"{name}.json").read_text())
+    want, plain = run_checked(comp.module, comp.run_name, data, plan=False)
+    got, ex = run_checked(comp.module, comp.run_name, data)
+    assert ex.planned_writes > 0
+    assert all(same(a, b) for a, b in zip(got, want))
+    assert ex.peak == plain.peak          # the SSA accounting does not change
+    assert 0 < ex.arena_bytes
+
+
+def test_arena_is_reused_across_calls_and_outputs_survive():
+    comp = compile_program(str(SAMPLES / "deep_mlp.tdsl"), "reverse")
+    fn = comp.module[comp.run_name]
+    data = json.loads((SAMPLES / "deep_mlp.json").read_text())
+    arrays = [np.asarray(data[a.name], dtype=DTYPES[a.type.dtype]) for a in fn.args]
+    ex = CheckingExecutor(comp.module, np, bind_dims(fn, arrays))
+    first = [a.copy() for a in ex.call(fn, arrays)]
+    kept = ex.call(fn, arrays)
+    arena, nbytes = ex._arenas[id(fn)], ex.arena_bytes
+    other = ex.call(fn, [2.0 * a for a in arrays])
+    assert ex._arenas[id(fn)] is arena and ex.arena_bytes == nbytes   # allocated once
+    assert all(same(a, b) for a, b in zip(kept, first))   # the next call left them alone
+    assert not all(same(a, b) for a, b in zip(other, first))
+    # the two residual stacks (64 x B x 8 floats each) are planned, and smaller values share
+    plan = plan_block(fn.body, ex.dims, ex.in_place_results)
+    stacks = [v for v in plan.offsets if v.type.shape[0] == 64]
+    assert len(stacks) == 2 and plan.arena_bytes < plan.planned_bytes
+
+
+# ---- random programs --------------------------------------------------------------------
+
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(programs(), st.integers(0, 2**31 - 1))
+def test_random_programs_planned_equal_unplanned(program, data_seed):
+    text, shapes = program
+    m = run_pipeline(compile_source(text, "<random>"),
+                     build_pipeline("reverse", "f", list(shapes), None))
+    rng = np.random.default_rng(data_seed)
+    inputs = {name: 0.5 * rng.standard_normal(shape) for name, shape in shapes.items()}
+    inputs["ids"] = np.array([0, -1, 0])
+    for name in ("f", "f_grad"):
+        with np.errstate(all="ignore"):
+            want, _ = run_function(m, name, inputs, plan_buffers=False)
+            got, _ = run_checked(m, name, inputs)
+        assert all(same(a, b) for a, b in zip(got, want)), (name, text)
+
+
+def test_fresh_ops_are_registered_ops():
+    from adcompiler.ops import registry
+    from adc_runtime.buffers import FRESH_OPS
+    assert FRESH_OPS <= set(registry.REGISTRY)
+
+
+@pytest.mark.parametrize("body", ["h = e[i]", "h = reshape(e[i] , [2, 4])[0:2]"])
+def test_a_loop_carry_that_is_a_view_keeps_the_scanned_value_alive(body):
+    shape = "f32[8]" if body == "h = e[i]" else "f32[2, 4]"
+    init = "zeros([8])" if body == "h = e[i]" else "zeros([2, 4])"
+    src = (f"def f(x: f32[4, 8]) -> f32 {{\n"
+           f"    e = exp(x)\n"
+           f"    h = {init}\n"
+           f"    for i in range(4) {{\n        {body}\n    }}\n"
+           f"    a = tanh(x) * 2.0\n"      # planned after e's last use (the loop)
+           f"    return sum(h) + sum(a)\n}}\n")
+    m = compile_source(src, "<t>")
+    x = np.linspace(-1, 1, 32).reshape(4, 8)
+    got, ex = run_checked(m, "f", {"x": x})
+    want, _ = run_checked(m, "f", {"x": x}, plan=False)
+    assert ex.planned_writes >= 2 and same(got[0], want[0])
+    fn = m["f"]
+    plan = plan_block(fn.body, ex.dims, ex.in_place_results)
+    e = next(op.result for op in fn.body.ops if op.name == "exp")
+    loop = next(op for op in fn.body.ops if op.name == "for")
+    assert alias_sources(loop, ex.in_place_results)[loop.results[0]] >= {e}
+    if e in plan.offsets:   # e's memory is held while h, a view of it, is live
+        a = next(op.result for op in fn.body.ops if op.name == "mul")
+        assert a not in plan.offsets or plan.offsets[a] != plan.offsets[e]
+
+
+# ---- the CUDA backend's plan, on the CuPy stand-in ----------------------------------------
+
+@pytest.mark.parametrize("name", ["mlp", "rnn", "transformer_stack"])
+def test_fused_kernels_write_planned_buffers(name):
+    from test_cuda_runtime import fake_cupy
+    from adcompiler.emit.cuda import ensure_fused, kernel_specs
+    from adc_runtime import cuda as backend
+
+    class CheckingCuda(Checking, backend.CudaExecutor):
+        pass
+
+    comp = compile_program(str(SAMPLES / f"{name}.tdsl"), "reverse")
+    module = ensure_fused(comp.module)
+    specs = kernel_specs(module)
+    cp = fake_cupy({s.name: op for op, s in specs.items()}, [])
+    backend._KERNELS.clear()
+    data = json.loads((SAMPLES / f"{name}.json").read_text())
+    fn = module[comp.run_name]
+    arrays = [np.asarray(data[a.name], dtype=DTYPES[a.type.dtype]) for a in fn.args]
+    ex = CheckingCuda(module, cp, bind_dims(fn, arrays), specs)
+    want, _ = run_function(comp.module, comp.run_name, data, plan_buffers=False)
+    for _ in range(2):
+        got = ex.call(fn, arrays)
+        assert all(same(a, b) for a, b in zip(got, want))
+    fused_planned = [op for op in fn.walk() if op.name == "fused" and op.results[0] in ex._views]
+    assert fused_planned and ex.planned_writes > 0
