@@ -16,7 +16,7 @@ import numpy
 
 from .dims import eval_dim, symbolic_slice
 from .buffers import plan_block, value_nbytes
-from .kernels import DTYPES, KERNELS, OUT_KERNELS
+from .kernels import DTYPES, KERNELS, OUT_KERNELS, OUT_RULES
 from .liveness import last_uses  # noqa: F401  (the compiler's memory model reads it here)
 
 SHAPE_ATTRS = ("shape", "n")  # attributes that may hold symbolic dimensions
@@ -115,16 +115,24 @@ class Executor:
 
     # -- planned buffers ------------------------------------------------------------------
     def in_place_results(self, op) -> list:
-        """The results of `op` that it can write into given arrays: those of a kernel with
-        an in-place form, for operand types where that form computes in the same type as
-        the allocating one (operands of one dtype, results of it or bool: the same bits),
-        and the stacked outputs of a loop."""
+        """The results of `op` that it can write into given arrays: the result of an op
+        with an in-place kernel, for the operand types its rule allows (`OUT_RULES`: those
+        where both forms compute in the same type, with the same bits), and the stacked
+        outputs of a loop."""
         if op.name == "for":
             return op.results[op.attrs["n_carry"]:]
-        if op.name not in OUT_KERNELS or len(op.results) != 1:
+        rule = OUT_RULES.get(op.name)
+        if rule is None or len(op.results) != 1:
             return []
+        result = op.results[0].type.dtype
         dtypes = {v.type.dtype for v in op.operands}
-        ok = len(dtypes) == 1 and op.results[0].type.dtype in dtypes | {"bool"}
+        if rule == "first":
+            ok = bool(op.operands) and op.operands[0].type.dtype == result
+        elif rule == "any":
+            ok = True
+        else:
+            ok = len(dtypes) == 1 and result in dtypes | {"bool"}
+            ok = ok and (rule == "same" or result in ("f32", "f64"))
         return list(op.results) if ok else []
 
     def result_buffer(self, v):

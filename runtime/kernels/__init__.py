@@ -4,10 +4,17 @@
 arrive with symbolic dimensions already resolved to integers. A kernel returns an array (or
 a tuple of arrays for a multi-result op) of the dtype the IR declares.
 
-`OUT_KERNELS` holds, for the ops that are one ufunc or one BLAS call, a second form
-``fn(xp, *operands, out, **attrs)`` that writes into a given array: the executor uses it for
-values that have a planned buffer (`adc_runtime.buffers`). Both forms run the same loop, so
-they give the same bits.
+`OUT_KERNELS` holds, for the ops that are one ufunc, BLAS call, reduction, fill or scatter,
+a second form ``fn(xp, *operands, out, **attrs)`` that writes into a given array: the
+executor uses it for values that have a planned buffer (`adc_runtime.buffers`), for the
+operand types `OUT_RULES` allows, where both forms run the same loop in the same type and
+give the same bits:
+
+* ``same``: the operands share one dtype, and the result has it (or is bool);
+* ``float``: the same, and it is f32 or f64 (NumPy sums f16 in f32 and integers in i64
+  unless given an output, and then its result could differ);
+* ``first``: the result has the first operand's dtype (the others are indices);
+* ``any``: no operands to match (constructors).
 """
 from __future__ import annotations
 
@@ -17,22 +24,32 @@ KERNELS: dict[str, Callable] = {}
 
 
 OUT_KERNELS: dict[str, Callable] = {}
+OUT_RULES: dict[str, str] = {}
 
 
-def _registrar(table: dict, what: str):
-    def register(*names: str):
-        def deco(fn):
-            for n in names:
-                if n in table:
-                    raise ValueError(f"{what} {n!r} is already registered")
-                table[n] = fn
-            return fn
-        return deco
-    return register
+def kernel(*names: str):
+    """Register `fn` as the kernel of each op in `names`."""
+    def deco(fn):
+        for n in names:
+            if n in KERNELS:
+                raise ValueError(f"kernel {n!r} is already registered")
+            KERNELS[n] = fn
+        return fn
+    return deco
 
 
-kernel = _registrar(KERNELS, "kernel")            # kernel("exp")(fn): fn is exp's kernel
-out_kernel = _registrar(OUT_KERNELS, "out kernel")  # the same op writing into `out`
+def out_kernel(*names: str, rule: str = "same"):
+    """Register `fn` as the in-place form of each op in `names`, for the operand types
+    that `rule` allows (see the module doc)."""
+    assert rule in ("same", "float", "first", "any"), rule
+
+    def deco(fn):
+        for n in names:
+            if n in OUT_KERNELS:
+                raise ValueError(f"in-place kernel {n!r} is already registered")
+            OUT_KERNELS[n], OUT_RULES[n] = fn, rule
+        return fn
+    return deco
 
 
 DTYPES = {"f16": "float16", "f32": "float32", "f64": "float64",

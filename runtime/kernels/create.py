@@ -1,5 +1,5 @@
 """Kernels of constructors."""
-from . import DTYPES, kernel
+from . import DTYPES, kernel, out_kernel
 
 
 @kernel("const")
@@ -40,3 +40,23 @@ def arange(xp, n, dtype="i64"):
 @kernel("dim_value")
 def dim_value(xp, n, dtype="f32"):
     return xp.asarray(n, dtype=DTYPES[dtype])
+
+
+# ---- the same constructors filling a planned buffer ---------------------------------------
+
+@out_kernel("zeros", "zeros_like", rule="any")
+def zeros_out(xp, *like, out, **attrs):
+    out.fill(0)
+    return out
+
+
+@out_kernel("ones", "ones_like", rule="any")
+def ones_out(xp, *like, out, **attrs):
+    out.fill(1)
+    return out
+
+
+@out_kernel("full", rule="any")
+def full_out(xp, out, shape, value, dtype):
+    out.fill(value)
+    return out

@@ -4,7 +4,7 @@ Softmax-like kernels subtract the maximum along the axis so that exp never overf
 bce_with_logits uses max(z, 0) - z*y + log1p(exp(-|z|)). Python scalars keep the array's
 dtype (NumPy >= 2 promotion), so every kernel computes in its input dtype.
 """
-from . import DTYPES, kernel
+from . import DTYPES, kernel, out_kernel
 
 
 def _shifted(xp, x, axis):
@@ -75,12 +75,17 @@ def take(xp, table, idx, axis=0):
 
 @kernel("take_grad")
 def take_grad(xp, ct, idx, axis, shape):
+    return take_grad_out(xp, ct, idx, out=xp.empty(tuple(shape), dtype=ct.dtype), axis=axis)
+
+
+@out_kernel("take_grad", rule="first")
+def take_grad_out(xp, ct, idx, out, axis, shape=None):
     """Scatter-add `ct` into zeros of `shape` at `idx` along `axis`.
 
     NumPy's ``add.at`` accumulates repeated indices (plain ``out[key] += ct`` would not);
     on CuPy the same unbuffered scatter is ``cupyx.scatter_add``.
     """
-    out = xp.zeros(tuple(shape), dtype=ct.dtype)
+    out.fill(0)
     key = (slice(None),) * axis + (idx,)
     if xp.__name__ == "numpy":
         xp.add.at(out, key, ct)

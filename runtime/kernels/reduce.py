@@ -1,5 +1,5 @@
 """Kernels of reductions."""
-from . import kernel
+from . import kernel, out_kernel
 
 
 def _axis(x, axis):
@@ -53,3 +53,13 @@ def sum_to(xp, x, shape):
         lead + k for k, d in enumerate(shape) if d == 1 and x.shape[lead + k] != 1)
     out = xp.sum(x, axis=axes, keepdims=True) if axes else x
     return out.reshape(shape)
+
+
+
+def _reduce_out(name: str):
+    return lambda xp, x, out, axis=None, keepdims=False: getattr(xp, name)(
+        x, axis=_axis(x, axis), keepdims=keepdims, out=out)
+
+
+for _op in ("sum", "mean", "max", "min"):
+    out_kernel(_op, rule="float")(_reduce_out(_op))

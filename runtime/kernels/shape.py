@@ -1,5 +1,5 @@
 """Kernels of shape ops (and of `split`, `index_grad`, their adjoint helpers)."""
-from . import kernel
+from . import kernel, out_kernel
 
 
 @kernel("reshape")
@@ -45,6 +45,16 @@ def stack(xp, *xs, axis=0):
     return xp.stack(xs, axis=axis)
 
 
+@out_kernel("concat")
+def concat_out(xp, *xs, out, axis=0):
+    return xp.concatenate(xs, axis=axis, out=out)
+
+
+@out_kernel("stack")
+def stack_out(xp, *xs, out, axis=0):
+    return xp.stack(xs, axis=axis, out=out)
+
+
 def index_key(idx, dyn) -> tuple:
     """The Python subscript of an `idx` attribute: ints, slices, and '?' from `dyn`."""
     dyn = iter(dyn)
@@ -66,7 +76,12 @@ def index(xp, x, *dyn, idx):
 
 @kernel("index_grad")
 def index_grad(xp, ct, *dyn, idx, shape):
+    return index_grad_out(xp, ct, *dyn, out=xp.empty(tuple(shape), dtype=ct.dtype), idx=idx)
+
+
+@out_kernel("index_grad", rule="first")
+def index_grad_out(xp, ct, *dyn, out, idx, shape=None):
     # basic indexing reaches each element at most once, so assignment scatters exactly
-    out = xp.zeros(tuple(shape), dtype=ct.dtype)
+    out.fill(0)
     out[index_key(idx, dyn)] = ct
     return out
