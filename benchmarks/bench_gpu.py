@@ -2,6 +2,7 @@
 
     python benchmarks/bench_gpu.py                    # on one GPU, full sizes
     python benchmarks/bench_gpu.py --cpu --steps 2    # small sizes on the CPU (smoke test)
+    python benchmarks/bench_gpu.py --cpu --size medium   # CPU figures worth comparing
 
 Models (benchmarks/models/*.tdsl, and the same models in peers.py): an MLP (batch 512,
 1024-4096-4096-1024), a transformer block (batch 16, sequence 512, width 768, 12 heads) and
@@ -49,11 +50,17 @@ FULL = {
     "transformer_block": dict(B=16, T=512, D=768, H=12, K=64, F=3072),
     "deep_mlp": dict(B=512, D=1024, L=64),
 }
+MEDIUM = {  # a CPU step of tens of milliseconds: kernels, not Python, dominate
+    "mlp": dict(B=128, D0=256, D1=1024, D2=1024, D3=256),
+    "transformer_block": dict(B=2, T=128, D=256, H=4, K=64, F=1024),
+    "deep_mlp": dict(B=128, D=256, L=64),
+}
 SMALL = {
     "mlp": dict(B=8, D0=16, D1=32, D2=32, D3=16),
     "transformer_block": dict(B=2, T=8, D=16, H=2, K=8, F=32),
     "deep_mlp": dict(B=4, D=8, L=16),
 }
+SIZES = {"full": FULL, "medium": MEDIUM, "small": SMALL}
 REMAT = {"deep_mlp": ("none", "sqrt")}
 
 
@@ -305,7 +312,10 @@ def header(gpu: bool, args) -> str:
         name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
         where = f"GPU: {name}"
     else:
-        where = f"CPU: {platform.processor() or platform.machine()} (small sizes)"
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+            os.cpu_count()
+        where = (f"CPU: {platform.processor() or platform.machine()}, {cores} cores "
+                 f"({args.size} sizes)")
     versions = [f"numpy {np.__version__}"]
     for mod in ("cupy", "torch", "jax"):
         if installed(mod):
@@ -319,6 +329,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--cpu", action="store_true", help="small sizes on the CPU (NumPy, "
                    "torch CPU): exercises the script without a GPU")
+    p.add_argument("--size", choices=sorted(SIZES), help="model sizes (default: full on "
+                   "the GPU, small with --cpu)")
     p.add_argument("--steps", type=int, default=20, help="steps per timed block (default 20)")
     p.add_argument("--repeats", type=int, default=5, help="timed blocks (default 5)")
     p.add_argument("--warmup", type=int, default=3, help="warm-up steps (default 3)")
@@ -328,7 +340,8 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(HERE / "results.md"), help="Markdown file to write")
     args = p.parse_args(argv)
     gpu = not args.cpu
-    sizes_of = SMALL if args.cpu else FULL
+    args.size = args.size or ("small" if args.cpu else "full")
+    sizes_of = SIZES[args.size]
     runners = set(args.runners.split(","))
 
     def clock_for(kind):
@@ -358,7 +371,10 @@ def main(argv=None) -> int:
         print(f"done: {model}", file=sys.stderr)
     text = header(gpu, args) + "\n" + table(rows) + "\n"
     print(text)
-    Path(args.out).write_text(text)
+    out = Path(args.out)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(out)  # a reader never sees half a table
     return 0
 
 
