@@ -58,6 +58,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "CSE": ("adcompiler.passes.cse", "CSE"),
     "DCE": ("adcompiler.passes.dce", "DCE"),
     "Activity": ("adcompiler.passes.activity", "Activity"),
+    "ScanInputs": ("adcompiler.passes.scan_inputs", "ScanInputs"),
     "Reverse": ("adcompiler.passes.reverse", "Reverse"),
     "Forward": ("adcompiler.passes.forward", "Forward"),
     "HVP": ("adcompiler.passes.hvp", "HVP"),
@@ -131,4 +132,5 @@ if TYPE_CHECKING:  # static view of the lazy names above, for type checkers and 
                                   pass_spec, register_pass, run_pipeline)
     from .passes.remat import Remat
     from .passes.reverse import Reverse
+    from .passes.scan_inputs import ScanInputs
     from .plugins import load_plugins, register_op

@@ -9,6 +9,9 @@ from .ir.core import Function, Module
 
 IR_SUFFIXES = (".ir", ".adcir")
 DEFAULT_PASSES = "inline,canonicalize,cse,dce"
+# runs right before a derivative pass: loops then scan the stacked values they read as X[i],
+# so that reverse mode stacks their cotangents instead of carrying full-size accumulators
+DERIVATIVE_PREP = "scan-inputs"
 GRAD_SUFFIX = "_grad"  # reverse{fn=f} adds the adjoint program as f_grad
 
 
@@ -106,13 +109,14 @@ def resolve_wrt(fn: Function, wrt: list[str] | None, notes: list[str]) -> list[s
 
 def build_pipeline(mode: str, fn: str, wrt: list[str], passes: str | None) -> str:
     """The pipeline for `mode`. `passes` (default `DEFAULT_PASSES`) runs as written in
-    forward mode; in reverse mode it runs before and after ``reverse{...}``, unless it names
-    a reverse pass itself, in which case it is used as written."""
+    forward mode; in reverse mode it runs before and after ``reverse{...}``, with
+    `DERIVATIVE_PREP` just before it, unless it names a reverse pass itself, in which case
+    it is used as written."""
     passes = DEFAULT_PASSES if passes is None else passes.strip()
     if mode == "forward" or "reverse" in [p.split("{")[0].strip() for p in passes.split(",")]:
         return passes
     rev = f"reverse{{wrt={','.join(wrt)} fn={fn}}}"
-    return ",".join(p for p in (passes, rev, passes) if p)
+    return ",".join(p for p in (passes, DERIVATIVE_PREP, rev, passes) if p)
 
 
 def prepare_module(path: str, fn_name: str | None, dtype: str | None,

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cli_compile import DEFAULT_PASSES, Compiled, prepare_module, resolve_wrt
+from .cli_compile import (DEFAULT_PASSES, DERIVATIVE_PREP, Compiled, prepare_module,
+                          resolve_wrt)
 from .diagnostics import AdcError
 from .ir.core import Block, Function
 
@@ -51,7 +52,7 @@ def compile_forward(path: str, mode: str, fn_name: str | None = None,
                     dtype: str | None = None, bind: dict | None = None,
                     print_ir_after_all: bool = False,
                     tangents: tuple[str, list[str]] | None = None) -> ForwardCompiled:
-    """Load `path` and run ``PASSES,jvp{...},PASSES`` (or ``hvp{...}``) on it.
+    """Load `path` and run ``PASSES,scan-inputs,jvp{...},PASSES`` (or ``hvp{...}``) on it.
 
     `tangents` is ``(file, names)`` of a tangent file: without `wrt`, the inputs it names
     are the differentiated ones."""
@@ -75,7 +76,7 @@ def compile_forward(path: str, mode: str, fn_name: str | None = None,
     wrt = resolve_wrt(fn, wrt, notes)
     passes = DEFAULT_PASSES if passes is None else passes.strip()
     derive = f"{mode}{{wrt={','.join(wrt)} fn={fn.name}}}"
-    pipeline = ",".join(p for p in (passes, derive, passes) if p)
+    pipeline = ",".join(p for p in (passes, DERIVATIVE_PREP, derive, passes) if p)
     module = run_pipeline(module, pipeline, print_ir_after_all=print_ir_after_all)
     return ForwardCompiled(module, fn, f"{fn.name}_{mode}", wrt, notes, mode)
 

@@ -80,12 +80,18 @@ def _wrt_names(fn: Function, wrt: str | Sequence[str] | None) -> tuple[list[str]
     return names, False
 
 
+def _around(passes: str, derive) -> list:
+    """`passes`, then `derive` (a derivative pass) after ``scan-inputs``, then `passes`:
+    loops scan the stacked values they read as ``X[i]`` before they are differentiated."""
+    from .passes.pipeline import parse_pipeline
+    from .passes.scan_inputs import ScanInputs
+    return [*parse_pipeline(passes), ScanInputs(), derive, *parse_pipeline(passes)]
+
+
 def _reverse(module: Module, fn: str, wrt: list[str], passes: str) -> Module:
-    from .passes.pipeline import parse_pipeline, run_pipeline
+    from .passes.pipeline import run_pipeline
     from .passes.reverse import Reverse
-    pipeline = [*parse_pipeline(passes), Reverse(wrt=tuple(wrt), fn=fn),
-                *parse_pipeline(passes)]
-    return run_pipeline(module, pipeline)
+    return run_pipeline(module, _around(passes, Reverse(wrt=tuple(wrt), fn=fn)))
 
 
 def _primal(program: Source, fn: str | None) -> tuple[Module, Function]:
@@ -165,12 +171,10 @@ def vjp(program: Source, fn: str | None = None, wrt: str | Sequence[str] | None 
 
 def _second_order(pass_cls, program: Source, fn: str | None, wrt, passes: str, suffix: str):
     """Run `pass_cls` (``jvp`` or ``hvp``) on `fn`, between the cleanup passes."""
-    from .passes.pipeline import parse_pipeline, run_pipeline
+    from .passes.pipeline import run_pipeline
     module, f = _primal(program, fn)
     names, single = _wrt_names(f, wrt)
-    pipeline = [*parse_pipeline(passes), pass_cls(wrt=tuple(names), fn=f.name),
-                *parse_pipeline(passes)]
-    out = run_pipeline(module, pipeline)
+    out = run_pipeline(module, _around(passes, pass_cls(wrt=tuple(names), fn=f.name)))
     return out, out[f.name + suffix], f, names, single
 
 
