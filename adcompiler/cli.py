@@ -76,8 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(forward over reverse) (default reverse)")
     c.add_argument("--emit", choices=("ir", "python", "dot", "cuda"), default="ir",
                    help="ir: IR text; python: a standalone NumPy module; dot: a Graphviz "
-                        "graph; cuda: the CuPy kernels of the fused elementwise groups "
-                        "(default ir)")
+                        "graph; cuda: the CuPy kernels of the fused groups (elementwise, "
+                        "or closed by a reduction) (default ir)")
     c.add_argument("-o", "--output", metavar="OUT", help="output file (default: stdout)")
     c.add_argument("--pipeline", metavar="PASSES",
                    help="passes to run, e.g. 'inline,cse,dce' (default "
