@@ -82,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--pipeline", metavar="PASSES",
                    help="passes to run, e.g. 'inline,cse,dce' (default "
                         "'inline,canonicalize,cse,dce'); reverse mode runs them before and "
-                        "after reverse{...} unless the string names a reverse pass itself")
+                        "after scan-inputs,reverse{...} unless the string names a reverse "
+                        "pass itself")
     c.add_argument("--print-ir-after-all", action="store_true",
                    help="print the IR after every pass to stderr")
     c.add_argument("--dtype", choices=("f16", "f32", "f64"),

@@ -27,6 +27,7 @@ from .ir.core import Block, Function, Module
 from .passes.dce import DCE
 from .passes.forward import Forward, resolve_wrt
 from .passes.reverse import Reverse
+from .passes.scan_inputs import ScanInputs
 
 
 def result_keys(n: int) -> list[str]:
@@ -94,6 +95,7 @@ def jacobian(module: Module, fn_name: str, inputs: dict, wrt: list[str] | None =
     inputs, else every float input); `mode` forces ``forward`` or ``reverse``."""
     from adc_runtime.executor import run_function
 
+    module = ScanInputs()(module)  # as the derivative pipelines do: stacked, not carried
     fn = module[fn_name]
     if not wrt:
         wrt = [a for a in fn.arg_names if a in fn.params and fn.arg(a).type.is_float] or \
