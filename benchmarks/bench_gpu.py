@@ -20,6 +20,10 @@ PyTorch, max_memory_allocated after a reset; JAX, the device's peak_bytes_in_use
 resettable, so the largest of anything run so far). On the CPU, adc reports its live-byte
 accounting and the peers no memory.
 
+Every runner's gradient of the last step is compared with adc's (the first adc row of its
+model): the largest ||g - g_adc|| / ||g_adc|| over the parameters, so a faster runner that
+computes something else shows.
+
 The table (Markdown) is printed and written to `--out`.
 """
 from __future__ import annotations
@@ -74,6 +78,7 @@ class Row:
     peak_bytes: int | None = None
     note: str = ""
     extra: dict = field(default_factory=dict)
+    grads: dict = field(default_factory=dict)   # parameter name -> gradient (NumPy)
 
 
 # ---- inputs --------------------------------------------------------------------------
@@ -173,6 +178,7 @@ def run_adc(model: str, sizes: dict, remat: str, clock_for, gpu: bool) -> Row:
             ex = CudaExecutor(module, cp, {}, kernel_specs(module))
             args = [arrays[a.name] for a in fn.args]
             return lambda: ex.call(fn, args)
+        to_numpy = cp.asnumpy
     else:
         clock = clock_for(None)
 
@@ -182,16 +188,21 @@ def run_adc(model: str, sizes: dict, remat: str, clock_for, gpu: bool) -> Row:
             ex = Executor(module, np, {})
             args = [inputs[a.name] for a in fn.args]
             return lambda: ex.call(fn, args)
+        to_numpy = np.asarray
 
     row = Row(model, label)
     steps = {kind: stepper(kind) for kind in ("fwd", "grad")}
     compile_s += clock.warm(steps["fwd"]) + clock.warm(steps["grad"])
     row.compile_s = compile_s
     row.fwd_ms, row.grad_ms = clock.time(steps["fwd"]), clock.time(steps["grad"])
+    outs = steps["grad"]()
+    row.grads = {n[len("grad_"):]: to_numpy(o) for n, o in zip(grad.output_names(), outs)
+                 if n.startswith("grad_")}
+    # peak memory of one step by a fresh executor: its buffer arena is allocated in it
     if gpu:
         hook = peak_memory_hook(cp)
         with hook:
-            steps["grad"]()
+            stepper("grad")()
             cp.cuda.get_current_stream().synchronize()
         row.peak_bytes = resident + hook.peak
     else:
@@ -235,6 +246,8 @@ def run_torch(model: str, sizes: dict, compiled: bool, clock_for, gpu: bool) -> 
     row.compile_s = (time.perf_counter() - t0) if compiled else None
     row.extra["warm_s"] = warm
     row.fwd_ms, row.grad_ms = clock.time(fwd_step), clock.time(grad_step)
+    wrt_names = [n for n in names if n in params]
+    row.grads = {n: g.detach().cpu().numpy() for n, g in zip(wrt_names, grad_step())}
     if gpu:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -264,6 +277,7 @@ def run_jax(model: str, sizes: dict, clock_for, gpu: bool) -> Row:
     clock.warm(grad_step)
     row = Row(model, "jax.jit", compile_s=time.perf_counter() - t0)
     row.fwd_ms, row.grad_ms = clock.time(fwd_step), clock.time(grad_step)
+    row.grads = {names[k]: np.asarray(g) for k, g in zip(argnums, g(*xs))}
     if gpu:
         stats = jax.devices()[0].memory_stats() or {}
         row.peak_bytes = stats.get("peak_bytes_in_use")
@@ -286,10 +300,19 @@ def _ratio(a, b):
     return "-" if a is None or b is None or not b else f"{a / b:.2f}"
 
 
+def grad_difference(row: Row, ref: Row | None) -> float | None:
+    """The largest relative difference ||g - g_ref|| / ||g_ref|| over the parameters."""
+    if ref is None or row is ref or not row.grads or set(row.grads) != set(ref.grads):
+        return None
+    return max(float(np.linalg.norm(row.grads[n].astype(np.float64) - ref.grads[n]) /
+                     max(np.linalg.norm(ref.grads[n].astype(np.float64)), 1e-30))
+               for n in ref.grads)
+
+
 def table(rows: list[Row]) -> str:
     head = ("| model | runner | forward ms | gradient ms | grad / fwd | compile s | peak MiB "
-            "| adc grad / this | adc peak / this |")
-    lines = [head, "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+            "| adc grad / this | adc peak / this | gradient rel. diff vs adc |")
+    lines = [head, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for model in dict.fromkeys(r.model for r in rows):
         group = [r for r in rows if r.model == model]
         adc = next((r for r in group if r.runner.startswith("adc")), None)
@@ -301,7 +324,8 @@ def table(rows: list[Row]) -> str:
                 f"{_ratio(r.grad_ms, r.fwd_ms)} | {_f(r.compile_s, '.2f')} | "
                 f"{_f(peak, '.3f')}{' (' + r.note + ')' if r.note else ''} | "
                 f"{'-' if mine else _ratio(adc and adc.grad_ms, r.grad_ms)} | "
-                f"{'-' if mine else _ratio(adc and adc.peak_bytes, r.peak_bytes)} |")
+                f"{'-' if mine else _ratio(adc and adc.peak_bytes, r.peak_bytes)} | "
+                f"{_f(grad_difference(r, adc), '.1e')} |")
     return "\n".join(lines)
 
 
