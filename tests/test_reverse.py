@@ -138,3 +138,18 @@ def test_wrt_must_name_a_float_input():
     from adcompiler.diagnostics import AdcError
     with pytest.raises(AdcError, match="'z' is not an input"):
         Reverse(wrt=("z",), fn="f")(_loop_module())
+
+
+def test_mean_over_symbolic_dims_divides_by_the_bound_size():
+    # the count of a mean over B x 4 elements is dim_value("4*B"), not a sum over ones
+    from adcompiler.frontend import compile_source
+    from adc_runtime.executor import run_function
+    m = compile_source("def f(param x: f32[B, 4]) -> f32 {\n"
+                       "    return sum(mean(x, axis=0))\n}\n", "<t>")
+    g = Reverse(wrt=("x",), fn="f")(m)["f_grad"]
+    ops = [op.name for op in g.walk()]
+    assert "dim_value" in ops
+    assert not [op for op in g.walk() if op.name == "ones" and op.result.type.shape]
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    (_, dx), _ = run_function(Reverse(wrt=("x",), fn="f")(m), "f_grad", {"x": x})
+    np.testing.assert_array_equal(dx, np.full((3, 4), 1 / 3, np.float32))

@@ -7,7 +7,8 @@ elements tied for the extremum; ``var`` is the population variance (divides by N
 from __future__ import annotations
 
 from ..diagnostics import ShapeError
-from ..ir.types import TensorType, normalize_axis
+from ..ir.types import TensorType, normalize_axis, num_elements
+from .create import dim_scalar
 from .registry import Option, register, set_jvp
 
 AXIS_OPTIONS = (Option("axis", "axes", None), Option("keepdims", "bool", False))
@@ -70,15 +71,11 @@ def expand_back(b, ct, op):
 
 def count(b, op):
     """The number of elements each output of reduction `op` reduces, as a scalar of the
-    operand's dtype (counted at run time when a reduced dimension is symbolic)."""
+    operand's dtype: a literal, or ``dim_value`` of the product when a dimension is
+    symbolic."""
     x = op.operands[0]
     dims = [x.type.shape[k] for k in reduced_axes(x.type.rank, op.attrs["axis"])]
-    if all(isinstance(d, int) for d in dims):
-        n = 1
-        for d in dims:
-            n *= d
-        return b.const(float(n), x.type.dtype)
-    return b.emit("sum", b.emit("ones", shape=dims, dtype=x.type.dtype))
+    return dim_scalar(b, num_elements(dims), x.type.dtype)
 
 
 def _mean_vjp(b, op, ct):
