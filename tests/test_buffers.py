@@ -238,3 +238,36 @@ def test_fused_kernels_write_planned_buffers(name):
         assert all(same(a, b) for a, b in zip(got, want))
     fused_planned = [op for op in fn.walk() if op.name == "fused" and op.results[0] in ex._views]
     assert fused_planned and ex.planned_writes > 0
+
+
+@pytest.mark.parametrize("model", ["mlp", "transformer_block", "deep_mlp"])
+def test_benchmark_models_on_the_cuda_backend_stand_in(model):
+    """The benchmark's programs at small sizes, fused with generated kernels and planned
+    buffers on the CuPy stand-in, against NumPy without fusion or planning."""
+    import sys
+    from test_cuda_runtime import fake_cupy
+    from adcompiler.emit.cuda import ensure_fused, kernel_specs
+    from adc_runtime import cuda as backend
+    sys.path.insert(0, str(SAMPLES.parent / "benchmarks"))
+    import bench_gpu
+
+    class CheckingCuda(Checking, backend.CudaExecutor):
+        pass
+
+    sizes = bench_gpu.SMALL[model]
+    comp = bench_gpu.load(model, sizes, "reverse")
+    inputs = bench_gpu.make_inputs(bench_gpu.load(model, sizes, "forward").primal, sizes)
+    module = ensure_fused(comp.module)
+    specs = kernel_specs(module)
+    assert any(getattr(s, "kind", "") == "reduction" for s in specs.values()) or \
+        model == "deep_mlp"
+    cp = fake_cupy({s.name: op for op, s in specs.items()}, [])
+    backend._KERNELS.clear()
+    fn = module[comp.run_name]
+    ex = CheckingCuda(module, cp, {}, specs)
+    want, _ = run_function(comp.module, comp.run_name, inputs, plan_buffers=False)
+    for _ in range(2):
+        got = ex.call(fn, [inputs[a.name] for a in fn.args])
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)
+    assert ex.planned_writes > 0
