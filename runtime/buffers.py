@@ -10,9 +10,9 @@ iteration reads them). A loop body's stacked outputs may be planned: the loop co
 into its stacks before the next iteration. Values
 may share memory through ops that can return views of their operands (``reshape``,
 ``transpose``, ``index``, a loop's carried values, ...): every op that does not write a
-fresh buffer and is not in `FRESH_OPS` is taken to alias its operands (a plugin's
-op too), so a planned value's memory is held until the last use of every value derived
-from it that way.
+fresh buffer and is not known to return new arrays (`returns_new`), a plugin's op too, is
+taken to alias its operands, so a planned value's memory is held until the last use of
+every value derived from it that way.
 
 Offsets come from the interval-packing heuristic of TFLite's arena planner ("greedy by
 size"): values in decreasing size, each at the lowest offset where it overlaps no placed
@@ -34,7 +34,7 @@ ALIGN = 256
 
 # ops whose kernels always return new arrays, never an operand or a view of one (NumPy and
 # CuPy alike). Not here on purpose: reshape, transpose, broadcast_to, expand_dims, squeeze,
-# index, split, einsum (``ij->ji`` is a view), sum_to (the identity when nothing is summed),
+# index, split, einsum of one operand (``ij->ji`` is a view; see `returns_new`),
 # round/floor/ceil (the identity on integers), stop_gradient, call, for, fused.
 FRESH_OPS = frozenset({
     "neg", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "abs", "sign", "sin", "cos",
@@ -44,8 +44,14 @@ FRESH_OPS = frozenset({
     "sum", "mean", "max", "min", "var", "logsumexp", "softmax", "log_softmax",
     "cross_entropy", "layernorm", "take", "take_grad", "one_hot", "matmul", "concat",
     "stack", "index_grad", "const", "zeros", "ones", "full", "zeros_like", "ones_like",
-    "arange", "dim_value",
+    "arange", "dim_value", "sum_to",
 })
+
+
+def returns_new(op) -> bool:
+    """Whether `op`'s kernel always returns a new array: `FRESH_OPS`, and an einsum of two
+    or more operands (a contraction or product computes a new array)."""
+    return op.name in FRESH_OPS or (op.name == "einsum" and len(op.operands) > 1)
 ITEMSIZE = {"f16": 2, "f32": 4, "f64": 8, "i32": 4, "i64": 8, "bool": 1}
 
 
@@ -112,7 +118,7 @@ def alias_sources(op, in_place: Callable) -> dict:
     across iterations; its stacked outputs are new. A fused group's result may be one of
     its operands through views. Any other op not in `FRESH_OPS` may return any operand."""
     written = set(in_place(op))
-    if op.name in FRESH_OPS:
+    if returns_new(op):
         return {r: set() for r in op.results}
     if op.name not in ("for", "fused"):
         reads = _reads(op)

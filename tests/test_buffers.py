@@ -271,3 +271,14 @@ def test_benchmark_models_on_the_cuda_backend_stand_in(model):
         for a, b in zip(got, want):
             np.testing.assert_array_equal(a, b)
     assert ex.planned_writes > 0
+
+
+def test_kernels_said_to_return_new_arrays_do():
+    from adc_runtime.kernels import KERNELS
+    x = np.arange(8.0).reshape(1, 8)
+    assert not np.may_share_memory(KERNELS["sum_to"](np, x, shape=(1, 8)), x)  # B bound to 1
+    a, b = np.ones((3, 4)), np.ones((4,))
+    for spec, ops in (("ij,j->ij", (a, b)), ("ij,kj->ik", (a, a)), ("ij,ij->ji", (a, a))):
+        got = KERNELS["einsum"](np, *ops, spec=spec)
+        assert not any(np.may_share_memory(got, o) for o in ops), spec
+    assert np.may_share_memory(KERNELS["einsum"](np, a, spec="ij->ji"), a)  # hence the rule

@@ -51,7 +51,8 @@ def sum_to(xp, x, shape):
     lead = x.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(
         lead + k for k, d in enumerate(shape) if d == 1 and x.shape[lead + k] != 1)
-    out = xp.sum(x, axis=axes, keepdims=True) if axes else x
+    # a copy when nothing is summed (a symbolic dim bound to 1): the result is always new
+    out = xp.sum(x, axis=axes, keepdims=True) if axes else x.copy()
     return out.reshape(shape)
 
 
