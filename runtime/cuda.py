@@ -123,6 +123,11 @@ class CudaExecutor(Executor):
             return [self._consts[key]]
         return super().run_op(op, env)
 
+    def loop_counter(self, n: int):
+        """Views of one device ``arange(n)``: no host-to-device copy per iteration."""
+        counts = self.xp.arange(n, dtype="int64")
+        return lambda i: counts[i:i + 1].reshape(())
+
     def in_place_results(self, op) -> list:
         """Also the results of fused kernels (a ``sum_to`` reduction writes a kept-dims
         array that it then reshapes, so its result is not planned)."""

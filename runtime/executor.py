@@ -94,17 +94,7 @@ class Executor:
         self._plans: dict[int, dict] = {}
         self._arenas: dict[int, Any] = {}    # id(function) -> its arena
         self._views: dict[Any, Any] = {}     # planned value -> its array in an arena
-
-    # -- live-byte accounting -------------------------------------------------------------
-    def _set(self, env, v, a):
-        env[v] = a
-        self.live += a.nbytes
-        self.peak = max(self.peak, self.live)
-
-    def _drop(self, env, v):
-        a = env.pop(v, None)
-        if a is not None:
-            self.live -= a.nbytes
+        self._prepared: dict[Any, tuple] = {}  # op -> what `run_op` needs (`_prepare`)
 
     # -- execution ------------------------------------------------------------------------
     def call(self, fn, arrays: list) -> list:
@@ -153,26 +143,41 @@ class Executor:
             nbytes = value_nbytes(v, self.dims)
             self._views[v] = arena[off:off + nbytes].view(DTYPES[v.type.dtype]).reshape(shape)
 
+    def _schedule(self, block):
+        """`block`'s ops, each with the values that die after it (the `last_uses` rule)."""
+        dead = last_uses(block)
+        return dead.get(-1, ()), [(op, dead.get(k, ())) for k, op in enumerate(block.ops)]
+
     def run_block(self, block, env, args, keep_results=False) -> list:
-        plan = self._plans.get(id(block))
-        if plan is None:
-            plan = self._plans[id(block)] = last_uses(block)
+        sched = self._plans.get(id(block))
+        if sched is None:
+            sched = self._plans[id(block)] = self._schedule(block)
+        dead_args, steps = sched
+        live = self.live
         for v, a in zip(block.args, args):
-            self._set(env, v, a)
-        for v in plan.get(-1, ()):
-            self._drop(env, v)
-        for k, op in enumerate(block.ops):
+            env[v] = a
+            live += a.nbytes
+        self.peak = max(self.peak, live)
+        for v in dead_args:
+            live -= env.pop(v).nbytes
+        self.live = live
+        for op, dead in steps:
             if op.name in ("return", "yield"):
                 out = [env[v] for v in op.operands]
-                for v in plan.get(k, ()):
+                for v in dead:
                     if not keep_results or v not in op.operands:
-                        self._drop(env, v)
+                        self.live -= env.pop(v).nbytes
                 return out
-            results = self.run_op(op, env)
+            results = self.run_op(op, env)  # a loop or a call counts its own frame
+            live = self.live
             for v, r in zip(op.results, results):
-                self._set(env, v, r)
-            for v in plan.get(k, ()):
-                self._drop(env, v)
+                env[v] = r
+                live += r.nbytes
+            if live > self.peak:
+                self.peak = live
+            for v in dead:
+                live -= env.pop(v).nbytes
+            self.live = live
         return []
 
     def _fix(self, r, v):
@@ -182,33 +187,48 @@ class Executor:
             r = self.xp.asarray(r, dtype=want)
         return r
 
+    def _prepare(self, op) -> tuple:
+        """What running `op` needs, worked out once per executor: its kernel (the in-place
+        form when its result has a planned buffer), its attributes with the dimensions
+        resolved, the planned buffer, and the result dtypes."""
+        attrs = {k: (self._resolve(v) if k in SHAPE_ATTRS else v) for k, v in op.attrs.items()
+                 if k not in ANNOTATION_ATTRS}
+        out = self._views.get(op.results[0]) if op.results else None
+        kern = OUT_KERNELS[op.name] if out is not None else KERNELS.get(op.name)
+        if kern is None:
+            raise RunError(f"no kernel for op '{op.name}'")
+        dtypes = [numpy.dtype(DTYPES[v.type.dtype]) for v in op.results]
+        return kern, attrs, out, dtypes
+
     def run_op(self, op, env) -> list:
         args = [env[v] for v in op.operands]
-        if op.name == "for":
+        name = op.name
+        if name == "for":
             return self.run_for(op, env, args)
-        if op.name == "fused":
+        if name == "fused":
             return self.run_fused(op, env, args)
-        if op.name == "call":
+        if name == "call":
             outs = self.call(self.module.functions[op.attrs["callee"]], args)
             # the callee's results stay counted by its frame; the caller counts them again
             self.live -= sum(a.nbytes for a in outs)
             return outs
-        attrs = {k: (self._resolve(v) if k in SHAPE_ATTRS else v) for k, v in op.attrs.items()
-                 if k not in ANNOTATION_ATTRS}
-        if op.name == "index":
+        prep = self._prepared.get(op)
+        if prep is None:
+            prep = self._prepared[op] = self._prepare(op)
+        kern, attrs, out, dtypes = prep
+        if name == "index":
             check_slices(op.attrs["idx"], op.operands[0].type.shape, args[0].shape)
-        elif op.name == "index_grad":
+        elif name == "index_grad":
             check_slices(op.attrs["idx"], op.attrs["shape"], attrs["shape"])
-        if op.results and op.results[0] in self._views:  # a planned in-place write
-            out = self._views[op.results[0]]
-            OUT_KERNELS[op.name](self.xp, *args, out=out, **attrs)
+        if out is not None:  # a planned in-place write
+            kern(self.xp, *args, out=out, **attrs)
             return [out]
-        kern = KERNELS.get(op.name)
-        if kern is None:
-            raise RunError(f"no kernel for op '{op.name}'")
-        out = kern(self.xp, *args, **attrs)
-        outs = list(out) if isinstance(out, (tuple, list)) else [out]
-        return [self._fix(r, v) for r, v in zip(outs, op.results)]
+        r = kern(self.xp, *args, **attrs)
+        outs = list(r) if isinstance(r, (tuple, list)) else [r]
+        for k, (a, want) in enumerate(zip(outs, dtypes)):
+            if getattr(a, "dtype", None) != want:
+                outs[k] = self.xp.asarray(a, dtype=want)
+        return outs
 
     def _resolve(self, value):
         if isinstance(value, (list, tuple)):
@@ -230,8 +250,11 @@ class Executor:
             local.maps[0].update(zip(inner.results, self.run_op(inner, local)))
         return []
 
+    def loop_counter(self, n: int):
+        """i -> the ``i64[]`` array a loop body receives as its counter."""
+        return lambda i: self.xp.asarray(i, dtype="int64")
+
     def run_for(self, op, env, args) -> list:
-        xp = self.xp
         n, nc = self._resolve(op.attrs["n"]), op.attrs["n_carry"]
         body = op.regions[0]
         carry, xs = args[:nc], args[nc:]
@@ -242,9 +265,10 @@ class Executor:
         self.live += ys_bytes
         self.peak = max(self.peak, self.live)
         order = range(n - 1, -1, -1) if op.attrs.get("reverse") else range(n)
+        counter = self.loop_counter(n)
         for i in order:
             slices = [x[i] for x in xs]
-            out = self.run_block(body, env, [xp.asarray(i, dtype="int64")] + carry + slices)
+            out = self.run_block(body, env, [counter(i)] + carry + slices)
             carry = [self._fix(c, v) for c, v in zip(out[:nc], op.results[:nc])]
             for buf, y in zip(ys, out[nc:nc + ny]):
                 buf[i] = y
