@@ -3,12 +3,13 @@ write in place (``out=``), so that a step allocates nothing for those values and
 step reuses the first one's memory.
 
 A value is planned when its op writes it into a caller-given array (the backend's
-`in_place_results`: ``matmul``, single-ufunc elementwise ops, a loop's stacked outputs, and
-on CUDA the ``fused`` kernels) and neither it nor any value that may share its memory
-leaves the block: a function's results, and a loop body's carried values (the next
-iteration reads them). A loop body's stacked outputs may be planned: the loop copies them
-into its stacks before the next iteration. Values
-may share memory through ops that can return views of their operands (``reshape``,
+`in_place_results`: ``matmul``, single-ufunc ops, reductions, constructors, scatters, a
+loop's stacked outputs, and on CUDA the ``fused`` kernels) and neither it nor any value
+that may share its memory leaves the block: a function's results, and a loop body's
+carried values (the next iteration reads them). A loop body's stacked outputs may be
+planned: the loop copies them into its stacks before the next iteration.
+
+Values may share memory through ops that can return views of their operands (``reshape``,
 ``transpose``, ``index``, a loop's carried values, ...): every op that does not write a
 fresh buffer and is not known to return new arrays (`returns_new`), a plugin's op too, is
 taken to alias its operands, so a planned value's memory is held until the last use of
@@ -52,6 +53,8 @@ def returns_new(op) -> bool:
     """Whether `op`'s kernel always returns a new array: `FRESH_OPS`, and an einsum of two
     or more operands (a contraction or product computes a new array)."""
     return op.name in FRESH_OPS or (op.name == "einsum" and len(op.operands) > 1)
+
+
 ITEMSIZE = {"f16": 2, "f32": 4, "f64": 8, "i32": 4, "i64": 8, "bool": 1}
 
 
