@@ -91,7 +91,7 @@ class Executor:
         self.peak = 0
         self.plan_buffers = plan_buffers
         self.arena_bytes = 0                 # the bytes of the arenas allocated so far
-        self._plans: dict[int, dict] = {}
+        self._schedules: dict[int, tuple] = {}  # id(block) -> `_schedule(block)`
         self._arenas: dict[int, Any] = {}    # id(function) -> its arena
         self._views: dict[Any, Any] = {}     # planned value -> its array in an arena
         self._prepared: dict[Any, tuple] = {}  # op -> what `run_op` needs (`_prepare`)
@@ -149,9 +149,9 @@ class Executor:
         return dead.get(-1, ()), [(op, dead.get(k, ())) for k, op in enumerate(block.ops)]
 
     def run_block(self, block, env, args, keep_results=False) -> list:
-        sched = self._plans.get(id(block))
+        sched = self._schedules.get(id(block))
         if sched is None:
-            sched = self._plans[id(block)] = self._schedule(block)
+            sched = self._schedules[id(block)] = self._schedule(block)
         dead_args, steps = sched
         live = self.live
         for v, a in zip(block.args, args):
