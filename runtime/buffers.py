@@ -7,7 +7,10 @@ A value is planned when its op writes it into a caller-given array (the backend'
 loop's stacked outputs, and on CUDA the ``fused`` kernels) and neither it nor any value
 that may share its memory leaves the block: a function's results, and a loop body's
 carried values (the next iteration reads them). A loop body's stacked outputs may be
-planned: the loop copies them into its stacks before the next iteration.
+planned: the loop copies them into its stacks before the next iteration. A carried value
+that the body writes in place gets two buffers instead, written by even and odd
+iterations in turn (one holds the argument, the other takes the new value), unless some
+carry may be a view of a carried argument; the loop copies its final carries out.
 
 Values may share memory through ops that can return views of their operands (``reshape``,
 ``transpose``, ``index``, a loop's carried values, ...): every op that does not write a
@@ -65,6 +68,8 @@ class BufferPlan:
     arena_bytes: int = 0
     offsets: dict = field(default_factory=dict)   # Value -> offset in the arena
     planned_bytes: int = 0                        # the planned values' sizes, summed
+    # a loop's carried value -> its two offsets, written in turn by even and odd iterations
+    pairs: dict = field(default_factory=dict)
 
 
 def _align(n: int) -> int:
@@ -182,6 +187,8 @@ def plan_block(block, dims: Mapping[str, int], in_place: Callable,
             last[v] = k
     term = ops[-1] if ops and ops[-1].name in ("return", "yield") else None
     leaving = set(term.operands[:n_leaving]) if term is not None else set()
+    carried = _double_buffered(block, n_leaving, planned, in_place) \
+        if n_leaving is not None else []
 
     def closure(v) -> set:
         seen, todo = {v}, [v]
@@ -205,14 +212,38 @@ def plan_block(block, dims: Mapping[str, int], in_place: Callable,
                 continue
             end = max(last.get(w, index[w]) for w in group)
             items.append((v, value_nbytes(v, dims), k, end))
+    for v in carried:
+        if closure(v) & leaving == {v} and value_nbytes(v, dims) >= 0:
+            # both slots for the whole body: one holds the iteration's argument (the value
+            # the last iteration wrote), the other takes the value this one writes
+            for slot in (0, 1):
+                items.append(((v, slot), value_nbytes(v, dims), 0, len(ops)))
     offsets, arena = _pack(items)
     plan = BufferPlan(arena, {}, 0)
     for key, off in offsets.items():
         sub = nested.get(key)
-        if sub is None:
+        if isinstance(key, tuple):
+            plan.pairs.setdefault(key[0], [0, 0])[key[1]] = off
+            plan.planned_bytes += value_nbytes(key[0], dims) if key[1] == 0 else 0
+        elif sub is None:
             plan.offsets[key] = off
             plan.planned_bytes += value_nbytes(key, dims)
         else:
             plan.offsets.update({v: off + o for v, o in sub.offsets.items()})
+            plan.pairs.update({v: [off + a, off + b] for v, (a, b) in sub.pairs.items()})
             plan.planned_bytes += sub.planned_bytes
     return plan
+
+
+def _double_buffered(body, n_carry: int, planned: dict, in_place: Callable) -> list:
+    """The carried values of a loop body that can live in two alternating buffers: each is
+    written in place by an op of the body and yielded as one carry only, and no carry may
+    share the memory of a carried argument (a view of the last iteration's value handed on
+    would be overwritten by the iteration after)."""
+    outs = body.ops[-1].operands[:n_carry]
+    args = set(body.args[1:1 + n_carry])
+    roots = _roots(body, in_place)
+    if any(roots.get(v, {v}) & args for v in outs):
+        return []
+    written = {v for op in body.ops for v in planned[op] if op.name != "for"}
+    return [v for v in outs if v in written and outs.count(v) == 1]

@@ -94,6 +94,7 @@ class Executor:
         self._schedules: dict[int, tuple] = {}  # id(block) -> `_schedule(block)`
         self._arenas: dict[int, Any] = {}    # id(function) -> its arena
         self._views: dict[Any, Any] = {}     # planned value -> its array in an arena
+        self._pairs: dict[Any, list] = {}    # carried value -> its two alternating arrays
         self._prepared: dict[Any, tuple] = {}  # op -> what `run_op` needs (`_prepare`)
 
     # -- execution ------------------------------------------------------------------------
@@ -138,10 +139,16 @@ class Executor:
         arena = self.xp.empty(plan.arena_bytes, dtype="uint8")
         self._arenas[id(fn)] = arena
         self.arena_bytes += plan.arena_bytes
-        for v, off in plan.offsets.items():
-            shape = self._resolve(v.type.shape)
+        def view(v, off):
             nbytes = value_nbytes(v, self.dims)
-            self._views[v] = arena[off:off + nbytes].view(DTYPES[v.type.dtype]).reshape(shape)
+            return arena[off:off + nbytes].view(DTYPES[v.type.dtype]).reshape(
+                self._resolve(v.type.shape))
+
+        for v, off in plan.offsets.items():
+            self._views[v] = view(v, off)
+        for v, offs in plan.pairs.items():
+            self._pairs[v] = [view(v, off) for off in offs]
+            self._views[v] = self._pairs[v][0]
 
     def _schedule(self, block):
         """`block`'s ops, each with the values that die after it (the `last_uses` rule)."""
@@ -193,12 +200,12 @@ class Executor:
         resolved, the planned buffer, and the result dtypes."""
         attrs = {k: (self._resolve(v) if k in SHAPE_ATTRS else v) for k, v in op.attrs.items()
                  if k not in ANNOTATION_ATTRS}
-        out = self._views.get(op.results[0]) if op.results else None
-        kern = OUT_KERNELS[op.name] if out is not None else KERNELS.get(op.name)
+        planned = op.results[0] if op.results and op.results[0] in self._views else None
+        kern = OUT_KERNELS[op.name] if planned is not None else KERNELS.get(op.name)
         if kern is None:
             raise RunError(f"no kernel for op '{op.name}'")
         dtypes = [numpy.dtype(DTYPES[v.type.dtype]) for v in op.results]
-        return kern, attrs, out, dtypes
+        return kern, attrs, planned, dtypes
 
     def run_op(self, op, env) -> list:
         args = [env[v] for v in op.operands]
@@ -215,12 +222,13 @@ class Executor:
         prep = self._prepared.get(op)
         if prep is None:
             prep = self._prepared[op] = self._prepare(op)
-        kern, attrs, out, dtypes = prep
+        kern, attrs, planned, dtypes = prep
         if name == "index":
             check_slices(op.attrs["idx"], op.operands[0].type.shape, args[0].shape)
         elif name == "index_grad":
             check_slices(op.attrs["idx"], op.attrs["shape"], attrs["shape"])
-        if out is not None:  # a planned in-place write
+        if planned is not None:  # an in-place write (a carried value's buffer alternates)
+            out = self._views[planned]
             kern(self.xp, *args, out=out, **attrs)
             return [out]
         r = kern(self.xp, *args, **attrs)
@@ -266,12 +274,18 @@ class Executor:
         self.peak = max(self.peak, self.live)
         order = range(n - 1, -1, -1) if op.attrs.get("reverse") else range(n)
         counter = self.loop_counter(n)
-        for i in order:
+        pairs = [(v, self._pairs[v]) for v in body.ops[-1].operands[:nc] if v in self._pairs]
+        for t, i in enumerate(order):
+            for v, bufs in pairs:  # this iteration writes the buffer its argument is not in
+                self._views[v] = bufs[t % 2]
             slices = [x[i] for x in xs]
             out = self.run_block(body, env, [counter(i)] + carry + slices)
             carry = [self._fix(c, v) for c, v in zip(out[:nc], op.results[:nc])]
             for buf, y in zip(ys, out[nc:nc + ny]):
                 buf[i] = y
+        if pairs:  # the loop's results outlive the body's buffers
+            held = {id(b) for _, bufs in pairs for b in bufs}
+            carry = [c.copy() if id(c) in held else c for c in carry]
         self.live -= ys_bytes  # counted again as the loop's results
         return carry + ys
 

@@ -19,7 +19,7 @@ from test_property_programs import programs
 from adcompiler.cli_compile import build_pipeline, compile_program
 from adcompiler.frontend import compile_source
 from adcompiler.passes.pipeline import run_pipeline
-from adc_runtime.buffers import ALIGN, alias_sources, plan_block
+from adc_runtime.buffers import ALIGN, alias_sources, plan_block, value_nbytes
 from adc_runtime.executor import Executor, bind_dims, run_function
 from adc_runtime.kernels import DTYPES
 
@@ -282,3 +282,50 @@ def test_kernels_said_to_return_new_arrays_do():
         got = KERNELS["einsum"](np, *ops, spec=spec)
         assert not any(np.may_share_memory(got, o) for o in ops), spec
     assert np.may_share_memory(KERNELS["einsum"](np, a, spec="ij->ji"), a)  # hence the rule
+
+
+# ---- loop carries in two alternating buffers --------------------------------------------
+
+def test_loop_carries_alternate_between_two_buffers():
+    comp = compile_program(str(SAMPLES / "deep_mlp.tdsl"), "reverse")
+    fn = comp.module[comp.run_name]
+    data = json.loads((SAMPLES / "deep_mlp.json").read_text())
+    arrays = [np.asarray(data[a.name], dtype=DTYPES[a.type.dtype]) for a in fn.args]
+    ex = CheckingExecutor(comp.module, np, bind_dims(fn, arrays))
+    plan = plan_block(fn.body, ex.dims, ex.in_place_results)
+    loops = [op for op in fn.body.ops if op.name == "for"]
+    assert len(loops) == 2 and all(lp.regions[0].ops[-1].operands[0] in plan.pairs
+                                   for lp in loops)     # h forward, dh backward
+    for v, (a, b) in plan.pairs.items():
+        assert abs(a - b) >= value_nbytes(v, ex.dims)     # two separate buffers
+    got = ex.call(fn, arrays)
+    want, _ = run_function(comp.module, comp.run_name, data, plan_buffers=False)
+    assert all(same(a, b) for a, b in zip(got, want))
+    # the loop's results were copied out of the body's buffers
+    assert all(not np.may_share_memory(buf, g) for bufs in ex._pairs.values() for buf in bufs
+               for g in got)
+
+
+SWAP = """\
+def f(x: f32[8], y: f32[8]) -> f32 {
+    h = x
+    g = y
+    for i in range(5) {
+        m = tanh(g) * 2.0 + h
+        h = g
+        g = m
+    }
+    return sum(h * 3.0) + sum(g)
+}
+"""
+
+
+@pytest.mark.parametrize("src", [SWAP, SWAP.replace("h = g", "h = sin(g)")])
+def test_a_carry_handed_on_as_another_carry_keeps_its_own_buffer(src):
+    m = compile_source(src, "<t>")
+    x, y = np.linspace(-1, 1, 8), np.linspace(2, -2, 8)
+    got, ex = run_checked(m, "f", {"x": x, "y": y})
+    want, _ = run_checked(m, "f", {"x": x, "y": y}, plan=False)
+    assert same(got[0], want[0])
+    plan = plan_block(m["f"].body, ex.dims, ex.in_place_results)
+    assert bool(plan.pairs) == ("sin(g)" in src)   # h = g hands g's argument on: no pairs
