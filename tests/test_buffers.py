@@ -143,12 +143,17 @@ def test_samples_planned_equal_unplanned(name, mode):
     assert 0 < ex.arena_bytes
 
 
-def test_arena_is_reused_across_calls_and_outputs_survive():
+def deep_mlp_gradient():
+    """The deep_mlp sample's gradient program, its inputs, and a checking executor."""
     comp = compile_program(str(SAMPLES / "deep_mlp.tdsl"), "reverse")
     fn = comp.module[comp.run_name]
     data = json.loads((SAMPLES / "deep_mlp.json").read_text())
     arrays = [np.asarray(data[a.name], dtype=DTYPES[a.type.dtype]) for a in fn.args]
-    ex = CheckingExecutor(comp.module, np, bind_dims(fn, arrays))
+    return comp, fn, data, arrays, CheckingExecutor(comp.module, np, bind_dims(fn, arrays))
+
+
+def test_arena_is_reused_across_calls_and_outputs_survive():
+    comp, fn, data, arrays, ex = deep_mlp_gradient()
     first = [a.copy() for a in ex.call(fn, arrays)]
     kept = ex.call(fn, arrays)
     arena, nbytes = ex._arenas[id(fn)], ex.arena_bytes
@@ -287,11 +292,7 @@ def test_kernels_said_to_return_new_arrays_do():
 # ---- loop carries in two alternating buffers --------------------------------------------
 
 def test_loop_carries_alternate_between_two_buffers():
-    comp = compile_program(str(SAMPLES / "deep_mlp.tdsl"), "reverse")
-    fn = comp.module[comp.run_name]
-    data = json.loads((SAMPLES / "deep_mlp.json").read_text())
-    arrays = [np.asarray(data[a.name], dtype=DTYPES[a.type.dtype]) for a in fn.args]
-    ex = CheckingExecutor(comp.module, np, bind_dims(fn, arrays))
+    comp, fn, data, arrays, ex = deep_mlp_gradient()
     plan = plan_block(fn.body, ex.dims, ex.in_place_results)
     loops = [op for op in fn.body.ops if op.name == "for"]
     assert len(loops) == 2 and all(lp.regions[0].ops[-1].operands[0] in plan.pairs
