@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         return 1
     except _run_error_types() as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(_render(AdcError(str(e), getattr(e, "loc", None))), file=sys.stderr)
         if debug:
             traceback.print_exc()
         return 1

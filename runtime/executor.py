@@ -24,7 +24,12 @@ ANNOTATION_ATTRS = ("recompute",)  # marks for readers of the IR, not kernel opt
 
 
 class RunError(Exception):
-    """A problem with the data given to a run (bad input names, shapes or bindings)."""
+    """A problem with the data given to a run (bad input names, shapes or bindings, or
+    values an op cannot take); `loc` is the source location of the op, when known."""
+
+    def __init__(self, message: str, loc=None):
+        super().__init__(message)
+        self.loc = loc
 
 
 def resolve_dim(d, dims: Mapping[str, int]) -> int:
@@ -227,11 +232,14 @@ class Executor:
             check_slices(op.attrs["idx"], op.operands[0].type.shape, args[0].shape)
         elif name == "index_grad":
             check_slices(op.attrs["idx"], op.attrs["shape"], attrs["shape"])
-        if planned is not None:  # an in-place write (a carried value's buffer alternates)
-            out = self._views[planned]
-            kern(self.xp, *args, out=out, **attrs)
-            return [out]
-        r = kern(self.xp, *args, **attrs)
+        try:
+            if planned is not None:  # an in-place write (a carried value's buffer alternates)
+                out = self._views[planned]
+                kern(self.xp, *args, out=out, **attrs)
+                return [out]
+            r = kern(self.xp, *args, **attrs)
+        except (ValueError, IndexError) as e:  # data the op cannot take: an empty max, ...
+            raise RunError(f"{name} cannot run on these values: {e}", op.loc) from None
         outs = list(r) if isinstance(r, (tuple, list)) else [r]
         for k, (a, want) in enumerate(zip(outs, dtypes)):
             if getattr(a, "dtype", None) != want:

@@ -415,3 +415,17 @@ def test_remat_needs_reverse_mode(capsys):
     code, _, err = run_main(capsys, "run", TINY, "--mode", "forward", "--remat", "sqrt")
     assert code == 1 and "--remat and --stats-json apply to --mode reverse" in err
     assert "random inputs" not in err
+
+
+def test_values_an_op_cannot_take_are_a_located_run_error(tmp_path):
+    # max over an empty axis has no value: exit 1 with the op's line and a caret, no traceback
+    src = tmp_path / "m.tdsl"
+    src.write_text("def f(param x: f32[N, 3]) -> f32 {\n    return sum(max(x, axis=0))\n}\n")
+    np.savez(tmp_path / "x.npz", x=np.zeros((0, 3), np.float32))
+    proc = adc("run", src, "--inputs", tmp_path / "x.npz")
+    assert proc.returncode == 1
+    lines = proc.stderr.splitlines()
+    assert lines[-3] == (f"{src}:2:16: error: max cannot run on these values: zero-size array "
+                         "to reduction operation maximum which has no identity")
+    assert lines[-2:] == ["    return sum(max(x, axis=0))", " " * 15 + "^"]
+    assert "Traceback" not in proc.stderr
