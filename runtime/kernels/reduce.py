@@ -9,24 +9,16 @@ def _axis(x, axis):
     return tuple(axis) if isinstance(axis, (list, tuple)) else axis
 
 
-@kernel("sum")
-def sum_(xp, x, axis=None, keepdims=False):
-    return xp.sum(x, axis=_axis(x, axis), keepdims=keepdims)
+def _reduction(name: str):
+    """``xp.<name>`` over `axis`; with `out`, written into it (the in-place form)."""
+    def run(xp, x, axis=None, keepdims=False, out=None):
+        return getattr(xp, name)(x, axis=_axis(x, axis), keepdims=keepdims, out=out)
+    return run
 
 
-@kernel("mean")
-def mean(xp, x, axis=None, keepdims=False):
-    return xp.mean(x, axis=_axis(x, axis), keepdims=keepdims)
-
-
-@kernel("max")
-def max_(xp, x, axis=None, keepdims=False):
-    return xp.max(x, axis=_axis(x, axis), keepdims=keepdims)
-
-
-@kernel("min")
-def min_(xp, x, axis=None, keepdims=False):
-    return xp.min(x, axis=_axis(x, axis), keepdims=keepdims)
+for _op in ("sum", "mean", "max", "min"):
+    kernel(_op)(_reduction(_op))
+    out_kernel(_op, rule="float")(_reduction(_op))
 
 
 @kernel("var")
@@ -54,13 +46,3 @@ def sum_to(xp, x, shape):
     # a copy when nothing is summed (a symbolic dim bound to 1): the result is always new
     out = xp.sum(x, axis=axes, keepdims=True) if axes else x.copy()
     return out.reshape(shape)
-
-
-
-def _reduce_out(name: str):
-    return lambda xp, x, out, axis=None, keepdims=False: getattr(xp, name)(
-        x, axis=_axis(x, axis), keepdims=keepdims, out=out)
-
-
-for _op in ("sum", "mean", "max", "min"):
-    out_kernel(_op, rule="float")(_reduce_out(_op))
