@@ -83,6 +83,21 @@ def sum_to_axes(shape, target) -> tuple[int, ...]:
                                       if d == 1 and shape[lead + k] != 1)
 
 
+def _check_extremum(red, resolve) -> None:
+    """Raise RunError for a max or min over an empty axis, as NumPy does (the kernel would
+    return its identity, -inf or +inf)."""
+    if red.name not in ("max", "min"):
+        return
+    shape = resolve(red.operands[0].type.shape)
+    axis = red.attrs.get("axis")
+    axes = range(len(shape)) if axis is None else \
+        [a % len(shape) for a in (axis if isinstance(axis, (list, tuple)) else [axis])]
+    if any(shape[a] == 0 for a in axes):
+        ufunc = "maximum" if red.name == "max" else "minimum"
+        raise RunError(f"{red.name} cannot run on these values: zero-size array to reduction "
+                       f"operation {ufunc} which has no identity", red.loc)
+
+
 def peak_memory_hook(cupy):
     """A fresh `cupy.cuda.MemoryHook` tracking bytes in use and their high-water mark."""
 
@@ -145,6 +160,7 @@ class CudaExecutor(Executor):
         kern = build_kernel(xp, spec)
         captured = [env[v] for v in spec.captures]
         if getattr(spec, "kind", "elementwise") == "reduction":
+            _check_extremum(op.regions[0].ops[-2], self._resolve)
             return [self._reduce(kern, spec, op.results[0], [*args, *captured])]
         outs = [self.result_buffer(r) for r in op.results]
         kern(*args, *captured, *outs)

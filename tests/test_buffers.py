@@ -330,3 +330,26 @@ def test_a_carry_handed_on_as_another_carry_keeps_its_own_buffer(src):
     assert same(got[0], want[0])
     plan = plan_block(m["f"].body, ex.dims, ex.in_place_results)
     assert bool(plan.pairs) == ("sin(g)" in src)   # h = g hands g's argument on: no pairs
+
+
+def test_an_empty_max_is_the_same_run_error_on_both_backends():
+    from test_cuda_runtime import fake_cupy
+    from adcompiler.emit.cuda import ensure_fused, kernel_specs
+    from adc_runtime import cuda as backend
+    from adc_runtime.executor import RunError
+    m = ensure_fused(compile_source("def f(x: f32[N, 3]) -> f32 {\n"
+                                    "    return sum(max(x * 2.0, axis=0))\n}\n", "e.tdsl"))
+    specs = kernel_specs(m)
+    assert any(getattr(s, "kind", "") == "reduction" for s in specs.values())
+    cp = fake_cupy({s.name: op for op, s in specs.items()}, [])
+    backend._KERNELS.clear()
+    x = np.zeros((0, 3), np.float32)
+    errors = []
+    for run in (lambda: run_function(m, "f", {"x": x}),
+                lambda: backend.run_function(m, "f", {"x": x}, specs, cupy=cp)):
+        with pytest.raises(RunError) as e:
+            run()
+        errors.append((str(e.value), (e.value.loc.line, e.value.loc.col)))
+    assert errors[0] == errors[1] == (
+        "max cannot run on these values: zero-size array to reduction operation maximum which "
+        "has no identity", (2, 16))
