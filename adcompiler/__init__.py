@@ -65,6 +65,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "Remat": ("adcompiler.passes.remat", "Remat"),
     # running
     "run": ("adcompiler.api", "run"),
+    "runner": ("adcompiler.api", "runner"),
     # convenience layer
     "grad": ("adcompiler.transforms", "grad"),
     "jvp": ("adcompiler.transforms", "jvp"),
@@ -108,7 +109,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # static view of the lazy names above, for type checkers and IDEs
-    from .api import FunctionBuilder, load, parse_ir, parse_tdsl, run, tensor_type
+    from .api import FunctionBuilder, load, parse_ir, parse_tdsl, run, runner, tensor_type
     from .transforms import Compiled, function, grad, hvp, jvp, value_and_grad, vjp
     from .diagnostics import AdcError, Loc, ShapeError
     from .emit.dot import emit_dot

@@ -122,6 +122,19 @@ def _array_module(device: str):
     raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
 
 
+def runner(module: Module, name: str, device: str = "cpu"):
+    """An `adc_runtime.executor.Runner` of function `name`: on ``"cuda"`` the module is fused
+    and its groups run as generated kernels, as ``adc run --device cuda`` does."""
+    xp = _array_module(device)
+    if device == "cuda":
+        from adc_runtime.cuda import runner as cuda_runner
+        from .emit.cuda import ensure_fused, kernel_specs
+        fused = ensure_fused(module)
+        return cuda_runner(fused, name, kernel_specs(fused), xp)
+    from adc_runtime.executor import Runner
+    return Runner(module, name, xp)
+
+
 def run(program: Source, fn: str | None = None, inputs: Mapping[str, Any] | None = None, *,
         device: str = "cpu", dims: Mapping[str, int] | None = None, **named: Any) -> list:
     """Run function `fn` (default: the module's main function) on named input arrays.
@@ -129,11 +142,9 @@ def run(program: Source, fn: str | None = None, inputs: Mapping[str, Any] | None
     Inputs come from `inputs` and/or keywords; floats are converted to the declared dtype.
     Returns the list of results, NumPy arrays (CuPy arrays with ``device="cuda"``).
     """
-    from adc_runtime.executor import run_function
     module = load(program)
     name = fn or module.main.name
     if name not in module:
         raise AdcError(f"no function '{name}' (functions: {', '.join(module.functions)})")
-    xp = _array_module(device)
-    outs, _ = run_function(module, name, {**(inputs or {}), **named}, xp=xp, dims=dims)
-    return [xp.asarray(o) for o in outs]
+    outs, _ = runner(module, name, device)({**(inputs or {}), **named}, dims)
+    return list(outs)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
-from .api import DEFAULT_PASSES, FunctionBuilder, Source, load, run
+from .api import DEFAULT_PASSES, FunctionBuilder, Source, load, runner
 from .diagnostics import AdcError
 from .ir.core import Function, Module
 
@@ -31,6 +31,7 @@ class Compiled:
                  dims: Mapping[str, int] | None = None):
         self.module, self.fn_name, self.inputs = module, fn_name, list(inputs)
         self.device, self.dims, self._finish = device, dict(dims or {}), finish
+        self._runner = None  # made on the first call; keeps executors for later ones
 
     def bind(self, args: tuple, kwargs: dict) -> dict:
         """Positional and keyword arguments -> named inputs, checked like a Python call."""
@@ -51,7 +52,9 @@ class Compiled:
         return named
 
     def call(self, named: Mapping[str, Any]) -> list:
-        return run(self.module, self.fn_name, named, device=self.device, dims=self.dims)
+        if self._runner is None:
+            self._runner = runner(self.module, self.fn_name, self.device)
+        return list(self._runner(named, self.dims)[0])
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         named = self.bind(args, kwargs)

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .executor import Executor, RunError, bind_dims
+from .executor import Executor, Runner, RunError
 from .kernels import DTYPES
 
 _KERNELS: dict[tuple, Any] = {}
@@ -180,23 +180,23 @@ class CudaExecutor(Executor):
         return out.reshape(target)
 
 
+def runner(module, fn_name: str, specs: Mapping | None = None, cupy=None) -> Runner:
+    """A `Runner` of `fn_name` on the GPU with the generated kernels `specs` (fused op ->
+    ``adcompiler.emit.cuda.kernel_specs``); outputs stay on the device."""
+    cp = cupy if cupy is not None else load_cupy()
+    return Runner(module, fn_name, cp, lambda dims: CudaExecutor(module, cp, dims, specs))
+
+
 def run_function(module, fn_name: str, inputs: Mapping[str, Any], specs: Mapping | None = None,
                  dims: Mapping[str, int] | None = None, cupy=None):
-    """Run `fn_name` on the GPU; returns (device outputs, stats).
+    """Run `fn_name` once on the GPU; returns (device outputs, stats).
 
-    `specs` maps the module's fused ops to their kernels (``adcompiler.emit.cuda.
-    kernel_specs``). Stats: ``peak_bytes`` (SSA accounting, as on NumPy),
-    ``peak_bytes_measured`` (the memory pool, by `PeakMemoryHook`), ``dims``."""
-    cp = cupy if cupy is not None else load_cupy()
-    fn = module.functions[fn_name]
-    missing = [a.name for a in fn.args if a.name not in inputs]
-    if missing:
-        raise RunError(f"missing input '{missing[0]}'")
-    hook = peak_memory_hook(cp)
+    Stats: ``peak_bytes`` (SSA accounting, as on NumPy), ``peak_bytes_measured`` (the memory
+    pool, by `PeakMemoryHook`: inputs, the buffer arena and every other allocation),
+    ``arena_bytes``, ``dims``."""
+    run = runner(module, fn_name, specs, cupy)
+    hook = peak_memory_hook(run.xp)
     with hook:
-        arrays = [cp.asarray(inputs[a.name], dtype=DTYPES[a.type.dtype]) for a in fn.args]
-        bound = bind_dims(fn, arrays, dims)
-        ex = CudaExecutor(module, cp, bound, specs)
-        outs = ex.call(fn, arrays)
-        cp.cuda.get_current_stream().synchronize()
-    return outs, {"peak_bytes": ex.peak, "peak_bytes_measured": hook.peak, "dims": bound}
+        outs, stats = run(inputs, dims)
+        run.xp.cuda.get_current_stream().synchronize()
+    return outs, {**stats, "peak_bytes_measured": hook.peak}

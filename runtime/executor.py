@@ -298,15 +298,39 @@ class Executor:
         return carry + ys
 
 
+class Runner:
+    """One function run again and again: inputs converted and checked, symbolic dimensions
+    bound, and one executor kept per binding, so that later calls with the same shapes reuse
+    its buffer arena and its per-op preparation. `make_executor(dims)` builds an executor
+    (default: an `Executor` on `xp`)."""
+
+    KEEP = 8  # executors kept, one per binding of the dimensions (the oldest goes first)
+
+    def __init__(self, module, fn_name: str, xp=numpy, make_executor=None):
+        self.module, self.fn, self.xp = module, module.functions[fn_name], xp
+        self.make_executor = make_executor or (lambda dims: Executor(module, xp, dims))
+        self._executors: dict[tuple, Executor] = {}
+
+    def __call__(self, inputs: Mapping[str, Any], dims: Mapping[str, int] | None = None):
+        """Run on named `inputs`; returns (outputs, stats)."""
+        fn = self.fn
+        missing = [a.name for a in fn.args if a.name not in inputs]
+        if missing:
+            raise RunError(f"missing input '{missing[0]}'")
+        arrays = [self.xp.asarray(inputs[a.name], dtype=DTYPES[a.type.dtype]) for a in fn.args]
+        bound = bind_dims(fn, arrays, dims)
+        key = tuple(sorted(bound.items()))
+        ex = self._executors.pop(key, None) or self.make_executor(bound)
+        self._executors[key] = ex
+        if len(self._executors) > self.KEEP:
+            del self._executors[next(iter(self._executors))]
+        ex.live = ex.peak = 0
+        outs = [self.xp.asarray(o) for o in ex.call(fn, arrays)]  # no NumPy scalars
+        return outs, {"peak_bytes": ex.peak, "arena_bytes": ex.arena_bytes, "dims": bound}
+
+
 def run_function(module, fn_name: str, inputs: Mapping[str, Any], xp=numpy,
                  dims: Mapping[str, int] | None = None, plan_buffers: bool = True):
-    """Run `module.functions[fn_name]` on named `inputs`; returns (outputs, stats)."""
-    fn = module.functions[fn_name]
-    missing = [a.name for a in fn.args if a.name not in inputs]
-    if missing:
-        raise RunError(f"missing input '{missing[0]}'")
-    arrays = [xp.asarray(inputs[a.name], dtype=DTYPES[a.type.dtype]) for a in fn.args]
-    bound = bind_dims(fn, arrays, dims)
-    ex = Executor(module, xp, bound, plan_buffers)
-    outs = ex.call(fn, arrays)
-    return outs, {"peak_bytes": ex.peak, "arena_bytes": ex.arena_bytes, "dims": bound}
+    """Run `module.functions[fn_name]` once on named `inputs`; returns (outputs, stats)."""
+    return Runner(module, fn_name, xp,
+                  lambda bound: Executor(module, xp, bound, plan_buffers))(inputs, dims)
