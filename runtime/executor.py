@@ -304,7 +304,9 @@ class Runner:
     its buffer arena and its per-op preparation. `make_executor(dims)` builds an executor
     (default: an `Executor` on `xp`)."""
 
-    KEEP = 8  # executors kept, one per binding of the dimensions (the oldest goes first)
+    # executors kept, one per binding of the dimensions, the least recently used going
+    # first: each holds its arena (e.g. a full batch and the last, shorter one)
+    KEEP = 2
 
     def __init__(self, module, fn_name: str, xp=numpy, make_executor=None):
         self.module, self.fn, self.xp = module, module.functions[fn_name], xp
