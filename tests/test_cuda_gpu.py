@@ -111,17 +111,6 @@ def test_op_programs_cover_the_registry():
 
 # ---- on the GPU ------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def cupy():
-    cp = pytest.importorskip("cupy")
-    try:
-        if cp.cuda.runtime.getDeviceCount() < 1:
-            pytest.skip("no CUDA GPU")
-    except Exception as e:  # no driver
-        pytest.skip(f"no usable CUDA GPU ({e})")
-    return cp
-
-
 def compare(cp, module, name, inputs, rtol, atol):
     from adc_runtime.cuda import run_function as run_gpu
     fused = ensure_fused(module)
