@@ -84,7 +84,7 @@ class Row:
 # ---- inputs --------------------------------------------------------------------------
 
 def load(model: str, sizes: dict, mode: str):
-    from adcompiler.cli_compile import compile_program
+    from adcompiler.cli.compile import compile_program
     return compile_program(str(HERE / "models" / f"{model}.tdsl"), mode, bind=sizes)
 
 
@@ -151,7 +151,7 @@ class Clock:
 # ---- adc -----------------------------------------------------------------------------
 
 def run_adc(model: str, sizes: dict, remat: str, clock_for, gpu: bool) -> Row:
-    from adcompiler.cli_remat import apply_remat
+    from adcompiler.cli.remat import apply_remat
     from adcompiler.emit.cuda import ensure_fused, kernel_specs
     from adc_runtime.executor import Executor
     t0 = time.perf_counter()

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from test_property_programs import programs
-from adcompiler.cli_compile import build_pipeline, compile_program
+from adcompiler.cli.compile import build_pipeline, compile_program
 from adcompiler.frontend import compile_source
 from adcompiler.passes.pipeline import run_pipeline
 from adc_runtime.buffers import ALIGN, alias_sources, plan_block, value_nbytes

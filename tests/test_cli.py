@@ -170,8 +170,8 @@ def test_random_inputs_are_seeded_and_announced(capsys, tmp_path):
 
 
 def test_random_inputs_bind_unbound_dims_and_labels_in_class_range(capsys, tmp_path):
-    from adcompiler.cli_compile import compile_program
-    from adcompiler.cli_inputs import DimBinder, random_inputs
+    from adcompiler.cli.compile import compile_program
+    from adcompiler.cli.inputs import DimBinder, random_inputs
     comp = compile_program(MLP, "reverse")
     binder = DimBinder({"B": 50})
     inputs, notes = random_inputs(comp.run_fn, binder, seed=3)
@@ -295,7 +295,7 @@ def test_out_into_a_missing_folder(capsys, tmp_path):
 
 
 def test_save_npz_failure_leaves_no_temporary(tmp_path, monkeypatch):
-    from adcompiler import cli_output
+    from adcompiler.cli import output as cli_output
 
     def boom(f, **arrays):
         f.write(b"partial")
@@ -331,7 +331,7 @@ def test_internal_error_exit_3_and_debug_traceback(capsys, monkeypatch):
     def broken(*a, **k):
         raise RuntimeError("kaboom")
 
-    monkeypatch.setattr("adcompiler.cli_compile.compile_program", broken)
+    monkeypatch.setattr("adcompiler.cli.compile.compile_program", broken)
     code, _, err = run_main(capsys, "run", TINY)
     assert code == 3
     assert err.strip().count("\n") == 0

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from adcompiler.cli_compile import compile_program
+from adcompiler.cli.compile import compile_program
 from adcompiler.emit.cuda import ensure_fused, kernel_specs
 from adcompiler.frontend import compile_source
 from adcompiler.ops import registry

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from adcompiler import cli
-from adcompiler.cli_compile import compile_program
+from adcompiler.cli.compile import compile_program
 from adcompiler.emit.cuda import ensure_fused, kernel_specs
 from adcompiler.frontend import compile_source
 from adcompiler.passes.pipeline import run_pipeline

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from adcompiler.cli_compile import compile_program
-from adcompiler.cli_forward import (check_forward, compile_forward, jacobian_main,
+from adcompiler.cli.compile import compile_program
+from adcompiler.cli.forward import (check_forward, compile_forward, jacobian_main,
                                     run_main)
 from adcompiler.diagnostics import AdcError
 from adcompiler.ops import registry

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from adcompiler.cli_compile import compile_program
+from adcompiler.cli.compile import compile_program
 from adcompiler.emit.python import emit_python
 from adcompiler.frontend import compile_source
 from adcompiler.ir.parser import parse_module

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from test_property_programs import programs
-from adcompiler.cli_compile import build_pipeline
+from adcompiler.cli.compile import build_pipeline
 from adcompiler.emit.cuda import reduction_of
 from adcompiler.frontend import compile_source
 from adcompiler.ir.parser import parse_module

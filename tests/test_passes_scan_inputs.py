@@ -6,7 +6,7 @@ import pytest
 import adcompiler as adc
 from gradcheck import finite_difference, run
 from test_forward_ops import check_jvp
-from adcompiler.cli_compile import build_pipeline, compile_program
+from adcompiler.cli.compile import build_pipeline, compile_program
 from adcompiler.frontend import compile_source
 from adcompiler.ir.parser import parse_module
 from adcompiler.ir.printer import print_module
@@ -324,7 +324,7 @@ def test_default_pipelines_run_the_pass_before_the_derivative():
 
 @pytest.mark.parametrize("mode", ["jvp", "hvp"])
 def test_cli_forward_modes_scan(mode):
-    from adcompiler.cli_forward import compile_forward
+    from adcompiler.cli.forward import compile_forward
     comp = compile_forward("samples/deep_mlp.tdsl", mode)
     assert all(op.name != "index" for op in comp.run_fn.walk())
     assert all(op.name != "index_grad" for op in comp.run_fn.walk())

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from adcompiler import cli
-from adcompiler.cli_compile import compile_program
-from adcompiler.cli_inputs import DimBinder, check_inputs, load_data
-from adcompiler.cli_remat import apply_remat
+from adcompiler.cli.compile import compile_program
+from adcompiler.cli.inputs import DimBinder, check_inputs, load_data
+from adcompiler.cli.remat import apply_remat
 from adc_runtime.executor import run_function
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from adcompiler.cli_compile import compile_program
+from adcompiler.cli.compile import compile_program
 from adcompiler.ir.parser import parse_module
 from adcompiler.ir.printer import print_function, print_module
 

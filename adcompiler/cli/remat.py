@@ -1,12 +1,12 @@
 """Command-line pieces for rematerialization: ``--remat``, ``--stats-json`` and
-``adc remat-curve``. `cli.py` wires them in (see `add_remat_arguments`, `apply_remat`,
+``adc remat-curve``. `app.py` wires them in (see `add_remat_arguments`, `apply_remat`,
 `add_remat_curve_command`)."""
 from __future__ import annotations
 
 import json
 import sys
 
-from .diagnostics import AdcError
+from ..diagnostics import AdcError
 
 
 def _policy_text(text: str) -> str:
@@ -14,8 +14,8 @@ def _policy_text(text: str) -> str:
     (exit 2), like any other option value argparse rejects."""
     import argparse
 
-    from .diagnostics import AdcError
-    from .remat.policy import parse_policy
+    from ..diagnostics import AdcError
+    from ..remat.policy import parse_policy
     try:
         parse_policy(text)
     except AdcError as e:
@@ -34,7 +34,7 @@ def add_remat_arguments(parser) -> None:
 
 def size_dims(fn, dims: dict) -> tuple[dict, list[str]]:
     """`dims` plus a default size for each symbol of `fn`'s inputs that nothing binds."""
-    from .cli_inputs import DEFAULT_DIM, function_symbols
+    from .inputs import DEFAULT_DIM, function_symbols
     env, notes = dict(dims), []
     for s in function_symbols(fn):
         if s not in env:
@@ -51,10 +51,10 @@ def apply_remat(module, run_name: str, policy: str, dims: dict) -> tuple:
     substituted into a copy of the module first, so that loops whose trip count is a bound
     symbol get a schedule. Sizes that nothing binds only size the report: ``adc compile``
     keeps them symbolic, and their loops unscheduled."""
-    from .cli_dtype import bind_dims
-    from .passes.clone import clone_module
-    from .remat.explain import remat_stats
-    from .remat.schedule import schedule
+    from .dtype import bind_dims
+    from ..passes.clone import clone_module
+    from ..remat.explain import remat_stats
+    from ..remat.schedule import schedule
     if dims and policy != "none":
         module = bind_dims(clone_module(module), dims)
     env, notes = size_dims(module[run_name], dims)
@@ -63,14 +63,14 @@ def apply_remat(module, run_name: str, policy: str, dims: dict) -> tuple:
 
 
 def report(stats: dict, out=None) -> None:
-    from .remat.explain import format_stats
+    from ..remat.explain import format_stats
     print(format_stats(stats), file=out or sys.stderr)
 
 
 def write_stats_json(path: str, stats: dict, **measured) -> None:
     """The schedule's `stats` and the run's `measured` figures (``peak_bytes_measured``,
     ``arena_bytes``), as JSON, written atomically."""
-    from .cli_output import save_text
+    from .output import save_text
     data = {**stats, **{k: v for k, v in measured.items() if v is not None}}
     try:
         save_text(path, json.dumps(data, indent=2) + "\n")
@@ -93,9 +93,9 @@ def add_remat_curve_command(subparsers, common) -> None:
 def remat_curve_main(args, inputs_for=None) -> int:
     """Run ``remat-curve``; `inputs_for(args, fn, binder)` loads or draws the inputs
     (default: --inputs, else seeded random inputs)."""
-    from .cli_compile import compile_program
-    from .cli_inputs import DimBinder, check_inputs, load_data, random_inputs
-    from .remat.curve import format_curve, plot_curve, remat_curve
+    from .compile import compile_program
+    from .inputs import DimBinder, check_inputs, load_data, random_inputs
+    from ..remat.curve import format_curve, plot_curve, remat_curve
     comp = compile_program(args.file, "reverse", args.fn, args.wrt,
                            bind=getattr(args, "bind", None) or None)
     binder = DimBinder(getattr(args, "bind", None) or {})

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cli_compile import Compiled
+from .compile import Compiled
 
 ERROR_FLOOR = 1e-3
 

@@ -11,11 +11,11 @@ import os
 import sys
 import traceback
 
-from .cli_commands import cmd_check, cmd_compile, cmd_run, load_or_draw_inputs
-from .cli_forward import (FORWARD_MODES, add_jacobian_command, add_tangents_argument,
+from .commands import cmd_check, cmd_compile, cmd_run, load_or_draw_inputs
+from .forward import (FORWARD_MODES, add_jacobian_command, add_tangents_argument,
                           jacobian_main)
-from .cli_remat import add_remat_arguments, add_remat_curve_command
-from .diagnostics import AdcError, render
+from .remat import add_remat_arguments, add_remat_curve_command
+from ..diagnostics import AdcError, render
 
 EPILOG = "Run 'adc COMMAND --help' for the options of each command."
 
@@ -29,7 +29,7 @@ def _wrt(text: str) -> list[str]:
 
 
 def _bind(text: str) -> dict[str, int]:
-    from .cli_inputs import parse_binds
+    from .inputs import parse_binds
     try:
         return parse_binds([text])
     except AdcError as e:
@@ -148,7 +148,7 @@ def _merge_binds(items: list[dict[str, int]]) -> dict[str, int]:
 
 
 def _render(err: AdcError) -> str:
-    from .cli_compile import read_source
+    from .compile import read_source
     return render(err, read_source(err.loc.file) if err.loc else None)
 
 
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     debug = args.debug
     try:
         if getattr(args, "plugin", None):
-            from .plugins import load_plugins
+            from ..plugins import load_plugins
             load_plugins(args.plugin)
         return args.func(args)
     except AdcError as e:

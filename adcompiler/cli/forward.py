@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cli_compile import (DEFAULT_PASSES, DERIVATIVE_PREP, Compiled, prepare_module,
+from .compile import (DEFAULT_PASSES, DERIVATIVE_PREP, Compiled, prepare_module,
                           resolve_wrt)
-from .diagnostics import AdcError
-from .ir.core import Block, Function
+from ..diagnostics import AdcError
+from ..ir.core import Block, Function
 
 FORWARD_MODES = ("jvp", "hvp")
 
@@ -56,7 +56,7 @@ def compile_forward(path: str, mode: str, fn_name: str | None = None,
 
     `tangents` is ``(file, names)`` of a tangent file: without `wrt`, the inputs it names
     are the differentiated ones."""
-    from .passes.pipeline import run_pipeline
+    from ..passes.pipeline import run_pipeline
 
     if mode not in FORWARD_MODES:
         raise ValueError(mode)
@@ -89,7 +89,7 @@ def add_tangents_argument(parser) -> None:
 
 def load_tangents(comp: ForwardCompiled, path: str | None, binder, seed: int = 0) -> dict:
     """The tangent inputs of `comp.run_fn`, read from `path` or drawn from `seed`."""
-    from .cli_inputs import check_inputs, load_data
+    from .inputs import check_inputs, load_data
     prim = comp.module[comp.primal.name] if comp.primal.name in comp.module else comp.primal
     types = [prim.arg(w).type for w in comp.wrt]
     if path is None:
@@ -117,7 +117,7 @@ def _np_dtype(dtype: str):
 
 
 def _inputs(args, fn, binder, inputs_for):
-    from .cli_inputs import check_inputs, load_data, random_inputs
+    from .inputs import check_inputs, load_data, random_inputs
     if inputs_for is not None:
         return inputs_for(args, fn, binder)
     if getattr(args, "inputs", None):
@@ -129,10 +129,10 @@ def run_main(args, inputs_for=None) -> int:
     """``adc run --mode jvp|hvp``: print a summary and write ``--out``. `inputs_for(args, fn,
     binder)` loads or draws the primal inputs (default: --inputs, else seeded random)."""
     from adc_runtime.executor import run_function
-    from .cli_inputs import DimBinder
-    from .cli_output import save_npz
-    from .cli_table import summary
-    from .cli_inputs import load_data
+    from .inputs import DimBinder
+    from .output import save_npz
+    from .table import summary
+    from .inputs import load_data
     t_path = getattr(args, "tangents", None)
     if t_path and not os.path.isfile(t_path):
         raise AdcError(f"tangents file '{t_path}' does not exist")
@@ -177,11 +177,11 @@ def add_jacobian_command(subparsers, common) -> None:
 
 
 def jacobian_main(args, inputs_for=None) -> int:
-    from .cli_compile import compile_program
-    from .cli_inputs import DimBinder
-    from .cli_output import save_npz
-    from .cli_table import summary
-    from .jacobian import jacobian
+    from .compile import compile_program
+    from .inputs import DimBinder
+    from .output import save_npz
+    from .table import summary
+    from ..jacobian import jacobian
     comp = compile_program(args.file, "forward", args.fn, dtype=getattr(args, "dtype", None))
     notes: list[str] = []
     wrt = resolve_wrt(comp.run_fn, args.wrt, notes)
@@ -222,8 +222,8 @@ def check_forward(fwd: Compiled, inputs: dict, wrt: list[str], dims: dict, eps: 
     ``<u, J v>`` against ``<J^T u, v>``. `fwd` is the program compiled for values
     (float64). Errors are relative, with `floor` as the smallest scale."""
     from adc_runtime.executor import run_function
-    from .jacobian import build_pullback
-    from .passes.forward import Forward
+    from ..jacobian import build_pullback
+    from ..passes.forward import Forward
 
     name = fwd.run_name
     jm = Forward(wrt=tuple(wrt), fn=name)(fwd.module)

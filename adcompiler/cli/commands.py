@@ -6,9 +6,9 @@ import sys
 
 import numpy as np
 
-from .cli_forward import FORWARD_MODES, check_forward, compile_forward, run_main
-from .cli_remat import apply_remat, report, write_stats_json
-from .diagnostics import AdcError
+from .forward import FORWARD_MODES, check_forward, compile_forward, run_main
+from .remat import apply_remat, report, write_stats_json
+from ..diagnostics import AdcError
 
 
 def _binds(args) -> dict[str, int]:
@@ -21,7 +21,7 @@ def _note(msg: str) -> None:
 
 def load_or_draw_inputs(args, fn, binder) -> dict:
     """Load and check --inputs, or draw seeded random ones (and say so)."""
-    from .cli_inputs import (check_index_ranges, check_inputs, load_data, random_inputs,
+    from .inputs import (check_index_ranges, check_inputs, load_data, random_inputs,
                              require_bound)
     if args.inputs:
         inputs = check_inputs(fn, load_data(args.inputs), args.inputs, binder)
@@ -36,8 +36,8 @@ def load_or_draw_inputs(args, fn, binder) -> dict:
 
 
 def cmd_compile(args) -> int:
-    from .cli_compile import compile_program
-    from .cli_output import save_text
+    from .compile import compile_program
+    from .output import save_text
     _check_remat_mode(args)
     if args.mode in FORWARD_MODES:
         comp = compile_forward(args.file, args.mode, args.fn, args.wrt, args.pipeline,
@@ -51,16 +51,16 @@ def cmd_compile(args) -> int:
     if stats is not None and args.stats_json:
         write_stats_json(args.stats_json, stats)
     if args.emit == "ir":
-        from .ir.printer import print_module
+        from ..ir.printer import print_module
         text = print_module(comp.module)
     elif args.emit == "python":
-        from .emit.python import emit_python
+        from ..emit.python import emit_python
         text = emit_python(comp.module, comp.run_name, comp.output_names())
     elif args.emit == "cuda":
-        from .emit.cuda import emit_cuda
+        from ..emit.cuda import emit_cuda
         text = emit_cuda(comp.module)
     else:
-        from .emit.dot import emit_dot
+        from ..emit.dot import emit_dot
         text = emit_dot(comp.module, comp.run_name)
     if args.output:
         save_text(args.output, text)
@@ -104,10 +104,10 @@ def select_device(name: str):
 
 def cmd_run(args) -> int:
     from adc_runtime.executor import run_function
-    from .cli_compile import compile_program
-    from .cli_inputs import DimBinder
-    from .cli_output import save_npz
-    from .cli_table import summary
+    from .compile import compile_program
+    from .inputs import DimBinder
+    from .output import save_npz
+    from .table import summary
     xp = select_device(args.device)
     _check_remat_mode(args)
     if args.mode in FORWARD_MODES:
@@ -150,16 +150,16 @@ def cmd_run(args) -> int:
 def _run_cuda(comp, inputs: dict, dims: dict, cupy):
     """Fuse the compiled program and run it on the GPU with its generated kernels."""
     from adc_runtime.cuda import run_function as run_on_gpu
-    from .emit.cuda import ensure_fused, kernel_specs
+    from ..emit.cuda import ensure_fused, kernel_specs
     module = ensure_fused(comp.module)
     return run_on_gpu(module, comp.run_name, inputs, kernel_specs(module), dims, cupy)
 
 
 def cmd_check(args) -> int:
-    from .cli_check import check_gradients
-    from .cli_compile import compile_program
-    from .cli_inputs import DimBinder
-    from .cli_table import fmt_shape, table
+    from .check import check_gradients
+    from .compile import compile_program
+    from .inputs import DimBinder
+    from .table import fmt_shape, table
     rev = compile_program(args.file, "reverse", args.fn, args.wrt, dtype="f64")
     for n in rev.notes:
         _note(n)

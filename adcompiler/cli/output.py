@@ -8,7 +8,7 @@ from typing import Callable, IO
 
 import numpy as np
 
-from .diagnostics import AdcError
+from ..diagnostics import AdcError
 
 
 def write_atomic(path: str, write: Callable[[IO[bytes]], None]) -> None:

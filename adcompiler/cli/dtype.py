@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Callable, Iterator, Mapping
 
-from .ir.core import Block, Module, Op, Value
-from .ir.types import TensorType, is_float, substitute_dim
-from .ops import registry
+from ..ir.core import Block, Module, Op, Value
+from ..ir.types import TensorType, is_float, substitute_dim
+from ..ops import registry
 
 
 def _blocks(block: Block) -> Iterator[Block]:

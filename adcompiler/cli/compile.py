@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .diagnostics import AdcError
-from .ir.core import Function, Module
+from ..diagnostics import AdcError
+from ..ir.core import Function, Module
 
 IR_SUFFIXES = (".ir", ".adcir")
 DEFAULT_PASSES = "inline,canonicalize,cse,dce"
@@ -59,8 +59,8 @@ def load_module(path: str) -> Module:
     except OSError as e:
         raise AdcError(f"cannot read '{path}': {e.strerror}") from None
     if path.endswith(IR_SUFFIXES):
-        from .ir.parser import parse_module
-        from .ir.verifier import verify
+        from ..ir.parser import parse_module
+        from ..ir.verifier import verify
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -68,7 +68,7 @@ def load_module(path: str) -> Module:
         module = parse_module(text, path)
         verify(module)
         return module
-    from .frontend import compile_file
+    from ..frontend import compile_file
     return compile_file(path)
 
 
@@ -122,7 +122,7 @@ def build_pipeline(mode: str, fn: str, wrt: list[str], passes: str | None) -> st
 def prepare_module(path: str, fn_name: str | None, dtype: str | None,
                    bind: dict | None) -> tuple[Module, Function]:
     """Load `path`, pick the function, and apply ``--dtype`` and ``--bind`` to the module."""
-    from .cli_dtype import bind_dims, to_dtype
+    from .dtype import bind_dims, to_dtype
     module = load_module(path)
     fn = select_function(module, fn_name)
     if dtype:
@@ -137,7 +137,7 @@ def compile_program(path: str, mode: str, fn_name: str | None = None,
                     dtype: str | None = None, bind: dict | None = None,
                     print_ir_after_all: bool = False) -> Compiled:
     """Load `path` and compile it for `mode` (``forward`` or ``reverse``)."""
-    from .passes.pipeline import run_pipeline
+    from ..passes.pipeline import run_pipeline
 
     module, fn = prepare_module(path, fn_name, dtype, bind)
     notes: list[str] = []

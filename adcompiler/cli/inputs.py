@@ -14,9 +14,9 @@ from typing import Mapping
 
 import numpy as np
 
-from .diagnostics import AdcError, Loc
-from .ir.core import Function, Op
-from .ir.types import NUMPY_DTYPE, TensorType, dim_symbols, is_symbol, resolve_dim
+from ..diagnostics import AdcError, Loc
+from ..ir.core import Function, Op
+from ..ir.types import NUMPY_DTYPE, TensorType, dim_symbols, is_symbol, resolve_dim
 
 RANDOM_INT_HIGH = 2      # integer inputs with no known range are drawn from [0, 2)
 DEFAULT_DIM = 4          # size of a symbolic dimension nothing binds, in a random-input run
