@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from conformance_harness import PROGRAMS, HERE, adc_out, run_adc
+from conformance_cli import PROGRAMS, HERE, adc_out, run_adc
 
 BAD = sorted((HERE / "bad").glob("*.tdsl"))
 SUBPROCESS = {"syntax_bad_char", "unknown_name", "mixed_float_dtypes", "non_utf8",
