@@ -291,7 +291,13 @@ class Executor:
             carry = [self._fix(c, v) for c, v in zip(out[:nc], op.results[:nc])]
             for buf, y in zip(ys, out[nc:nc + ny]):
                 buf[i] = y
-        if pairs:  # the loop's results outlive the body's buffers
+        if n <= 0:
+            # the buffer plan takes a carried result to be memory the body made (or a view
+            # of what it reads), never the initial value itself: a loop that ran no
+            # iteration hands back copies, or a planned init's buffer would be reused
+            # under a value that is still live
+            carry = [self._fix(c, v).copy() for c, v in zip(carry, op.results[:nc])]
+        elif pairs:  # the loop's results outlive the body's buffers
             held = {id(b) for _, bufs in pairs for b in bufs}
             carry = [c.copy() if id(c) in held else c for c in carry]
         self.live -= ys_bytes  # counted again as the loop's results

@@ -37,9 +37,10 @@ def adc_run(workdir: Path, src: str, mode: str, inputs: Mapping[str, np.ndarray]
 
 def adc_run_file(workdir: Path, prog, mode: str, inputs_file, *,
                  tangents: Mapping[str, np.ndarray] | None = None, dtype: str | None = None,
-                 fn: str | None = None, wrt: list[str] | None = None) -> dict[str, np.ndarray]:
-    """``adc run`` on a program file and an inputs file (.npz or .json); a nonzero exit
-    status fails with adc's stderr."""
+                 fn: str | None = None, wrt: list[str] | None = None,
+                 extra: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+    """``adc run`` on a program file and an inputs file (.npz or .json), `extra` options
+    last; a nonzero exit status fails with adc's stderr."""
     k = next(_counter)
     out = workdir / f"out{k}.npz"
     argv = ["run", str(prog), "--mode", mode, "--inputs", str(inputs_file), "--out", str(out)]
@@ -53,6 +54,7 @@ def adc_run_file(workdir: Path, prog, mode: str, inputs_file, *,
         argv += ["--fn", fn]
     if wrt:
         argv += ["--wrt", ",".join(wrt)]
+    argv += list(extra)
     err = io.StringIO()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
         rc = adc_main(argv)

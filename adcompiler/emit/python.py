@@ -114,12 +114,15 @@ def _literal(value) -> str:
     return repr(value)
 
 
-def _attr_source(op: Op, name: str, value, syms: dict[str, str]) -> str:
-    opdef = registry.REGISTRY.get(op.name)
-    option = opdef.option(name) if opdef else None
-    if option is not None and option.kind == "dim" and isinstance(value, (int, str)):
+def _attr_source(op: Op, name: str, value, syms: dict[str, str], kind: str = "") -> str:
+    """Python source for the attribute `name` of `op` (or a value of option `kind`)."""
+    if not kind:
+        opdef = registry.REGISTRY.get(op.name)
+        option = opdef.option(name) if opdef else None
+        kind = option.kind if option is not None else ""
+    if kind == "dim" and isinstance(value, (int, str)):
         return dim_expr(value, syms)
-    if option is not None and option.kind == "shape" and isinstance(value, (list, tuple)):
+    if kind == "shape" and isinstance(value, (list, tuple)):
         items = ", ".join(dim_expr(d, syms) if isinstance(d, (int, str)) else _literal(d)
                           for d in value)
         return f"({items}{',' if len(value) == 1 else ''})"  # the executor passes tuples
@@ -243,13 +246,15 @@ class _FunctionEmitter:
         inits = [self.name(v) for v in op.operands[:n_carry]]
         xs = [self.name(v) for v in op.operands[n_carry:]]
         yielded = body.terminator.operands
-        ys = [self.name.fresh(f"{self.name(r)}_steps") for r in op.results[n_carry:]]
+        ys = [self.name(r) for r in op.results[n_carry:]]
         it = self.name.fresh("step")
         n = dim_expr(op.attrs["n"], self.syms)
         for c, init in zip(carries, inits):
             self.lines.append(f"{pad}{self.name(c)} = {init}")
-        for y in ys:
-            self.lines.append(f"{pad}{y} = []")
+        for y, r in zip(ys, op.results[n_carry:]):  # filled step by step; empty if n == 0
+            shape = _attr_source(op, "", r.type.shape, self.syms, kind="shape")
+            dtype = NUMPY_DTYPE[r.type.dtype]
+            self.lines.append(f"{pad}{y} = np.empty({shape}, dtype={dtype!r})")
         rng = f"range({n} - 1, -1, -1)" if op.attrs.get("reverse") else f"range({n})"
         self.lines.append(f"{pad}for {it} in {rng}:")
         self.lines.append(f"{pad}    {self.name(index)} = np.int64({it})")
@@ -257,7 +262,7 @@ class _FunctionEmitter:
             self.lines.append(f"{pad}    {self.name(s)} = {x}[{it}]")
         self.block(body, depth + 1)
         for y, v in zip(ys, yielded[n_carry:]):  # before the carries move on: a y may be one
-            self.lines.append(f"{pad}    {y}.append({self.name(v)})")
+            self.lines.append(f"{pad}    {y}[{it}] = {self.name(v)}")
         if carries:
             lhs = ", ".join(self.name(c) for c in carries)
             rhs = ", ".join(self.name(v) for v in yielded[:n_carry])
@@ -267,9 +272,6 @@ class _FunctionEmitter:
                 self.lines.append(f"{pad}{self.name(r)} = {self.name(c)}")
             else:  # the final carry stays in the loop's variable
                 self.name.names[r] = self.name(c)
-        for r, y in zip(op.results[n_carry:], ys):
-            order = f"{y}[::-1]" if op.attrs.get("reverse") else y
-            self.lines.append(f"{pad}{self.name(r)} = np.stack({order})")
         self.last_loc = None
 
 

@@ -129,6 +129,8 @@ def segment_plan(n: int, bounds: list[int]) -> Plan:
 
 def sqrt_plan(n: int) -> Plan:
     """About √n segments of about √n steps (Chen et al. 2016)."""
+    if n <= 0:  # a loop that runs no step: nothing to checkpoint
+        return Leaf(0, 0)
     k = max(1, round(n ** 0.5))
     s = -(-n // k)
     size, extra = divmod(n, s)
