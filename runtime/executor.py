@@ -338,7 +338,10 @@ class Runner:
 
 
 def run_function(module, fn_name: str, inputs: Mapping[str, Any], xp=numpy,
-                 dims: Mapping[str, int] | None = None, plan_buffers: bool = True):
-    """Run `module.functions[fn_name]` once on named `inputs`; returns (outputs, stats)."""
+                 dims: Mapping[str, int] | None = None, plan_buffers: bool = True,
+                 executor=None):
+    """Run `module.functions[fn_name]` once on named `inputs`; returns (outputs, stats).
+    `executor` is the `Executor` class to run it with (e.g. `anomaly.AnomalyExecutor`)."""
+    cls = executor or Executor
     return Runner(module, fn_name, xp,
-                  lambda bound: Executor(module, xp, bound, plan_buffers))(inputs, dims)
+                  lambda bound: cls(module, xp, bound, plan_buffers))(inputs, dims)

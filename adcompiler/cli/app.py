@@ -11,6 +11,7 @@ import os
 import sys
 import traceback
 
+from .anomaly import add_anomaly_argument
 from .commands import cmd_check, cmd_compile, cmd_run, load_or_draw_inputs
 from .forward import (FORWARD_MODES, add_jacobian_command, add_tangents_argument,
                           jacobian_main)
@@ -108,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write results (out or out0, out1, ...) and gradients (grad_<input>)")
     add_tangents_argument(r)
     add_remat_arguments(r)
+    add_anomaly_argument(r)
     r.set_defaults(func=cmd_run, parser=r)
 
     k = sub.add_parser("check", help="check derivatives by finite differences",

@@ -6,6 +6,7 @@ import sys
 
 import numpy as np
 
+from .anomaly import anomaly_executor
 from .forward import FORWARD_MODES, check_forward, compile_forward, run_main
 from .remat import apply_remat, report, write_stats_json
 from ..diagnostics import AdcError
@@ -124,8 +125,9 @@ def cmd_run(args) -> int:
     binder = DimBinder(_binds(args))
     inputs = load_or_draw_inputs(args, comp.run_fn, binder)
     remat_stats = _remat(args, comp, binder.env)
-    if xp is np:
-        outs, stats = run_function(comp.module, comp.run_name, inputs, xp=xp, dims=binder.env)
+    if xp is np or args.detect_anomaly:  # anomaly checks run op by op, unfused
+        outs, stats = run_function(comp.module, comp.run_name, inputs, xp=xp, dims=binder.env,
+                                   executor=anomaly_executor(args.detect_anomaly))
     else:
         outs, stats = _run_cuda(comp, inputs, binder.env, xp)
     if remat_stats is not None and args.stats_json:

@@ -129,6 +129,7 @@ def run_main(args, inputs_for=None) -> int:
     """``adc run --mode jvp|hvp``: print a summary and write ``--out``. `inputs_for(args, fn,
     binder)` loads or draws the primal inputs (default: --inputs, else seeded random)."""
     from adc_runtime.executor import run_function
+    from .anomaly import anomaly_executor
     from .inputs import DimBinder
     from .output import save_npz
     from .table import summary
@@ -149,7 +150,8 @@ def run_main(args, inputs_for=None) -> int:
         print(f"adc: no --tangents given: using random tangents (seed "
               f"{getattr(args, 'seed', 0)}) for {', '.join(comp.wrt)}", file=sys.stderr)
     outs, stats = run_function(comp.module, comp.run_name, {**inputs, **tangents},
-                               dims=binder.env)
+                               dims=binder.env, executor=anomaly_executor(
+                                   getattr(args, "detect_anomaly", False)))
     named = list(zip(comp.output_names(), [np.asarray(o) for o in outs]))
     print(summary(named))
     print(f"\npeak live memory: {stats['peak_bytes']:,} bytes")
