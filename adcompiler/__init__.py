@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 # public name -> (module, attribute)
-_EXPORTS: dict[str, tuple[str, str]] = {
+_EXPORTS: dict[str, tuple[str, str | None]] = {
     # TDSL and IR text
     "parse_tdsl": ("adcompiler.api", "parse_tdsl"),
     "compile_source": ("adcompiler.frontend", "compile_source"),
@@ -74,6 +74,11 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "vjp": ("adcompiler.transforms", "vjp"),
     "function": ("adcompiler.transforms", "function"),
     "Compiled": ("adcompiler.transforms", "Compiled"),
+    # training
+    "train_step": ("adcompiler.compiled_step", "train_step"),
+    "CompiledStep": ("adcompiler.compiled_step", "CompiledStep"),
+    "optim": ("adcompiler.optim", None),
+    "TrainStep": ("adcompiler.passes.train_step", "TrainStep"),
     # extension points
     "register_op": ("adcompiler.plugins", "register_op"),
     "Option": ("adcompiler.ops.registry", "Option"),
@@ -92,7 +97,8 @@ __all__ = sorted(_EXPORTS) + ["__version__"]
 def __getattr__(name: str) -> Any:
     target = _EXPORTS.get(name)
     if target is not None:
-        value = getattr(importlib.import_module(target[0]), target[1])
+        module = importlib.import_module(target[0])
+        value = module if target[1] is None else getattr(module, target[1])
         globals()[name] = value  # later lookups skip this function
         return value
     if name[:1].isupper():  # a pass class registered under a pipeline name
@@ -111,6 +117,9 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # static view of the lazy names above, for type checkers and IDEs
     from .api import FunctionBuilder, load, parse_ir, parse_tdsl, run, runner, tensor_type
     from .transforms import Compiled, function, grad, hvp, jvp, value_and_grad, vjp
+    from . import optim
+    from .compiled_step import CompiledStep, train_step
+    from .passes.train_step import TrainStep
     from .diagnostics import AdcError, Loc, ShapeError
     from .emit.dot import emit_dot
     from .emit.python import emit_python

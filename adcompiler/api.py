@@ -122,17 +122,21 @@ def _array_module(device: str):
     raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
 
 
-def runner(module: Module, name: str, device: str = "cpu"):
+def runner(module: Module, name: str, device: str = "cpu", donate: bool = False):
     """An `adc_runtime.executor.Runner` of function `name`: on ``"cuda"`` the module is fused
-    and its groups run as generated kernels, as ``adc run --device cuda`` does."""
+    and its groups run as generated kernels, as ``adc run --device cuda`` does. With
+    `donate`, results that replace inputs are written into the input arrays (see `Runner`)."""
     xp = _array_module(device)
     if device == "cuda":
         from adc_runtime.cuda import runner as cuda_runner
         from .emit.cuda import ensure_fused, kernel_specs
         fused = ensure_fused(module)
-        return cuda_runner(fused, name, kernel_specs(fused), xp)
-    from adc_runtime.executor import Runner
-    return Runner(module, name, xp)
+        r = cuda_runner(fused, name, kernel_specs(fused), xp)
+    else:
+        from adc_runtime.executor import Runner
+        r = Runner(module, name, xp)
+    r.donate = donate
+    return r
 
 
 def run(program: Source, fn: str | None = None, inputs: Mapping[str, Any] | None = None, *,

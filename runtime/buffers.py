@@ -247,3 +247,43 @@ def _double_buffered(body, n_carry: int, planned: dict, in_place: Callable) -> l
         return []
     written = {v for op in body.ops for v in planned[op] if op.name != "for"}
     return [v for v in outs if v in written and outs.count(v) == 1]
+
+
+def donations(fn, in_place: Callable, elementwise: frozenset) -> list:
+    """(result value, input index) pairs: results that a run may write into the array of the
+    input they replace (``fn.attrs["in_place"]``: input name -> result index), as a training
+    step updates its parameters and optimizer state.
+
+    A result qualifies when a top-level op of the body writes it in place (`in_place`), it
+    has the input's type, is returned once, and no use of the input's memory (the input or a
+    value that may share it) comes after that op. The op itself may read the input only as
+    an operand of an elementwise kernel (`elementwise`), which reads each element before it
+    writes the same one."""
+    spec = fn.attrs.get("in_place") or {}
+    block = fn.body
+    ops, ret = block.ops, block.ops[-1]
+    position = {op: k for k, op in enumerate(ops)}
+    roots = _roots(block, in_place)
+    last: dict = {}
+    for k, op in enumerate(ops):
+        for inner in op.walk():
+            for v in inner.operands:
+                for a in roots.get(v, {v}):
+                    last[a] = max(last.get(a, -1), k)
+    out = []
+    for name, ri in spec.items():
+        j = next((i for i, a in enumerate(block.args) if a.name == name), None)
+        if j is None or not 0 <= ri < len(ret.operands):
+            continue
+        a, r = block.args[j], ret.operands[ri]
+        op = r.defining_op
+        if op is None or op not in position or r not in in_place(op) or r.type != a.type \
+                or ret.operands.count(r) != 1:
+            continue
+        k = position[op]
+        readers = [v for inner in op.walk() for v in inner.operands if a in roots.get(v, {v})]
+        if last.get(a, -1) > k or (readers and (op.name not in elementwise or op.regions
+                                                or any(v is not a for v in readers))):
+            continue
+        out.append((r, j))
+    return out

@@ -15,8 +15,8 @@ from typing import Any, Mapping
 import numpy
 
 from .dims import eval_dim, symbolic_slice
-from .buffers import plan_block, value_nbytes
-from .kernels import DTYPES, KERNELS, OUT_KERNELS, OUT_RULES
+from .buffers import donations, plan_block, value_nbytes
+from .kernels import DTYPES, ELEMENTWISE_OUT, KERNELS, OUT_KERNELS, OUT_RULES
 from .liveness import last_uses  # noqa: F401  (the compiler's memory model reads it here)
 
 SHAPE_ATTRS = ("shape", "n")  # attributes that may hold symbolic dimensions
@@ -101,6 +101,7 @@ class Executor:
         self._views: dict[Any, Any] = {}     # planned value -> its array in an arena
         self._pairs: dict[Any, list] = {}    # carried value -> its two alternating arrays
         self._prepared: dict[Any, tuple] = {}  # op -> what `run_op` needs (`_prepare`)
+        self._donations: dict[int, list] = {}  # id(function) -> `buffers.donations`
 
     # -- execution ------------------------------------------------------------------------
     def call(self, fn, arrays: list) -> list:
@@ -130,6 +131,17 @@ class Executor:
             ok = len(dtypes) == 1 and result in dtypes | {"bool"}
             ok = ok and (rule == "same" or result in ("f32", "f64"))
         return list(op.results) if ok else []
+
+    def donate(self, fn, arrays: list) -> None:
+        """Let this call of `fn` write the results that replace inputs into those inputs'
+        arrays (`buffers.donations`). An executor that donates once must donate on every
+        call: its ops keep the in-place kernels."""
+        pairs = self._donations.get(id(fn))
+        if pairs is None:
+            pairs = self._donations[id(fn)] = donations(
+                fn, self.in_place_results, frozenset(ELEMENTWISE_OUT))
+        for v, j in pairs:
+            self._views[v] = arrays[j]
 
     def result_buffer(self, v):
         """The array that an op writing in place fills for `v`: its planned buffer, or a
@@ -314,8 +326,13 @@ class Runner:
     # first: each holds its arena (e.g. a full batch and the last, shorter one)
     KEEP = 2
 
-    def __init__(self, module, fn_name: str, xp=numpy, make_executor=None):
+    def __init__(self, module, fn_name: str, xp=numpy, make_executor=None,
+                 donate: bool = False):
         self.module, self.fn, self.xp = module, module.functions[fn_name], xp
+        # with `donate`, the results that replace inputs (a training step's parameters and
+        # optimizer state, ``attrs["in_place"]``) are written into the input arrays: the
+        # caller hands over arrays it owns, distinct from each other and writeable
+        self.donate = donate
         self.make_executor = make_executor or (lambda dims: Executor(module, xp, dims))
         self._executors: dict[tuple, Executor] = {}
 
@@ -333,6 +350,8 @@ class Runner:
         if len(self._executors) > self.KEEP:
             del self._executors[next(iter(self._executors))]
         ex.live = ex.peak = 0
+        if self.donate:
+            ex.donate(fn, arrays)
         outs = [self.xp.asarray(o) for o in ex.call(fn, arrays)]  # no NumPy scalars
         return outs, {"peak_bytes": ex.peak, "arena_bytes": ex.arena_bytes, "dims": bound}
 

@@ -25,6 +25,9 @@ KERNELS: dict[str, Callable] = {}
 
 OUT_KERNELS: dict[str, Callable] = {}
 OUT_RULES: dict[str, str] = {}
+# the in-place forms that are one elementwise ufunc: each element is read before the same
+# element of ``out`` is written, so ``out`` may be one of the operands
+ELEMENTWISE_OUT: set[str] = set()
 
 
 def kernel(*names: str):

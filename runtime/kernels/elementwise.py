@@ -6,7 +6,7 @@ float one is converted to that float dtype first.
 """
 import math
 
-from . import kernel, out_kernel
+from . import ELEMENTWISE_OUT, kernel, out_kernel
 
 GELU_K = math.sqrt(2.0 / math.pi)
 
@@ -121,6 +121,7 @@ for _names, _ufunc, _pre in (
     (("ge",), "greater_equal", ()), (("eq",), "equal", ()), (("ne",), "not_equal", ()),
 ):
     out_kernel(*_names)(_ufunc_out(_ufunc, *_pre))
+    ELEMENTWISE_OUT.update(_names)
 
 
 @out_kernel("relu")

@@ -1,0 +1,162 @@
+"""`train_step`: a program's training step, compiled once (the ``train-step`` pass) and
+called once per step over dicts keyed by name::
+
+    step = adc.train_step("samples/mlp.tdsl", adc.optim.adam(1e-3), clip=1.0)
+    state = step.init(params)                       # the optimizer state, by name
+    params, state, metrics = step(params, state, batch)
+
+Like ``optimizer.step()``, a call updates the parameters and the optimizer state in place
+where the runtime can: the arrays it returns are the ones it was given, written over. It
+never writes into arrays it did not make: the first call copies the caller's parameters
+once, and later calls update the arrays earlier calls returned (copy them to keep a
+snapshot).
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Any, Mapping, Sequence
+
+from .api import DEFAULT_PASSES, Source, _array_module, runner
+from .diagnostics import AdcError
+from .ir.core import Module
+from .optim import Optimizer, option_fields, parse_optimizer
+
+__all__ = ["train_step", "CompiledStep"]
+
+
+def train_step(program: Source, optimizer: Optimizer | str, clip: float | None = None,
+               accumulate: int = 1, fn: str | None = None,
+               wrt: str | Sequence[str] | None = None, dtype: str | None = None,
+               remat: str | None = None, device: str = "cpu", *,
+               passes: str = DEFAULT_PASSES, dims: Mapping[str, int] | None = None
+               ) -> "CompiledStep":
+    """Compile the training step of the loss `fn` (default: the main function).
+
+    `optimizer`: an `adcompiler.optim` optimizer or its text (``"adam:lr=1e-3,wd=0.01"``).
+    `clip`: the max global gradient norm (``clip_grad_norm_``). `accumulate`: K
+    micro-batches per step; each call's batch then holds K times the rows, split along axis
+    0. `wrt`: the trained inputs (default: the ``param`` inputs). `dtype`: make every float
+    this dtype first (``"f64"``). `remat`: a checkpointing policy for the adjoint.
+    """
+    from .passes.clone import clone_module
+    from .passes.pipeline import parse_pipeline, run_pipeline
+    from .passes.scan_inputs import ScanInputs
+    from .passes.train_step import TrainStep
+    from .transforms import _primal
+    if isinstance(optimizer, str):
+        optimizer = parse_optimizer(optimizer)
+    if not isinstance(optimizer, Optimizer):
+        raise TypeError(f"optimizer must be an adc.optim optimizer or its text, "
+                        f"got {type(optimizer).__name__}")
+    module, f = _primal(program, fn)
+    if dtype is not None:
+        from .cli_dtype import to_dtype
+        module = to_dtype(clone_module(module), dtype)
+    names = (wrt,) if isinstance(wrt, str) else tuple(wrt or ())
+    bind = tuple(f"{k}={v}" for k, v in (dims or {}).items())
+    step_pass = TrainStep(fn=f.name, wrt=names, clip=clip, accumulate=accumulate,
+                          remat=remat or "none", bind=bind, **option_fields(optimizer))
+    module = run_pipeline(module, [*parse_pipeline(passes), ScanInputs(), step_pass,
+                                   *parse_pipeline(f"dce{{fn={f.name}_step}}")])
+    return CompiledStep(module, f"{f.name}_step", optimizer, device, dims)
+
+
+class CompiledStep:
+    """A compiled training step: ``init(params) -> state`` and
+    ``(params, state, batch) -> (params, state, metrics)``, all dicts keyed by name.
+
+    `metrics`: ``loss``, ``grad_norm`` (before clipping), ``grad_norm_<param>`` and ``lr``
+    (the rate this step used), as 0-d arrays. `module` and `fn_name` show what runs.
+    """
+
+    def __init__(self, module: Module, fn_name: str, optimizer: Optimizer, device: str = "cpu",
+                 dims: Mapping[str, int] | None = None):
+        fn = module[fn_name]
+        self.module, self.fn_name, self.optimizer = module, fn_name, optimizer
+        self.device, self.dims = device, dict(dims or {})
+        self.params = list(fn.attrs["params"])
+        self.state_names = list(fn.attrs["state"])
+        self.batch_names = list(fn.attrs["batch"])
+        self.accumulate = fn.attrs["accumulate"]
+        self.outputs = list(fn.attrs["outputs"])
+        self._types = {a.name: a.type for a in fn.args}
+        self._xp = _array_module(device)
+        self._runner = None
+        self._owned: dict[int, weakref.ref] = {}  # arrays this step made: id -> ref
+
+    def init(self, params: Mapping[str, Any]) -> dict:
+        """The initial optimizer state for `params`: the counter ``step`` = 0 and zeros for
+        every slot (torch's lazily created state, made up front)."""
+        self._check("params", params, self.params)
+        xp, slot_of = self._xp, self.module[self.fn_name].attrs["slot_of"]
+        state = {self.state_names[0]: self._own(xp.zeros((), dtype="int64"))}
+        for name in self.state_names[1:]:
+            shape = xp.asarray(params[slot_of[name]]).shape
+            state[name] = self._own(xp.zeros(shape, dtype=_np_dtype(self._types[name].dtype)))
+        return state
+
+    def __call__(self, params: Mapping[str, Any], state: Mapping[str, Any],
+                 batch: Mapping[str, Any]) -> tuple[dict, dict, dict]:
+        self._check("params", params, self.params)
+        self._check("state", state, self.state_names)
+        self._check("batch", batch, self.batch_names)
+        named: dict[str, Any] = {}
+        for name in self.params + self.state_names:
+            given = params[name] if name in params else state[name]
+            named[name] = self._mine(given, name, named)
+        for name in self.batch_names:
+            named[name] = self._split(name, batch[name])
+        if self._runner is None:
+            self._runner = runner(self.module, self.fn_name, self.device, donate=True)
+        outs, _ = self._runner(named, self.dims)
+        by_name = dict(zip(self.outputs, outs))
+        new_params = {n: self._own(by_name[n]) for n in self.params}
+        new_state = {n: self._own(by_name[n]) for n in self.state_names}
+        metrics = {k: v for k, v in by_name.items()
+                   if k not in new_params and k not in new_state}
+        return new_params, new_state, metrics
+
+    # -- inputs --------------------------------------------------------------------------
+    def _check(self, what: str, given: Mapping[str, Any], names: list[str]) -> None:
+        missing = [n for n in names if n not in given]
+        extra = [n for n in given if n not in names]
+        if missing or extra:
+            parts = ([f"missing {', '.join(map(repr, missing))}"] if missing else []) + \
+                    ([f"unknown {', '.join(map(repr, extra))}"] if extra else [])
+            raise TypeError(f"{self.fn_name}: {what} {'; '.join(parts)} "
+                            f"(expected: {', '.join(names) or 'none'})")
+
+    def _own(self, a):
+        self._owned[id(a)] = weakref.ref(a)
+        return a
+
+    def _mine(self, a, name: str, taken: Mapping[str, Any]):
+        """`a` when this step made it and may write over it (and no other input of this
+        call is the same array), else a copy of its own."""
+        ref = self._owned.get(id(a))
+        want = _np_dtype(self._types[name].dtype)
+        if ref is not None and ref() is a and a.dtype == want and \
+                getattr(a.flags, "writeable", True) and \
+                not any(b is a for b in taken.values()):
+            return a
+        return self._own(self._xp.array(a, dtype=want, copy=True))
+
+    def _split(self, name: str, a):
+        """A batch input, its rows split into the K micro-batches of one step."""
+        k, t = self.accumulate, self._types[name]
+        if k == 1 or t.rank == 0:
+            return a
+        a = self._xp.asarray(a)
+        if a.ndim != t.rank - 1 or a.shape[0] % k:
+            raise AdcError(f"batch input '{name}' has shape {tuple(a.shape)}: with accumulate="
+                           f"{k} it needs rank {t.rank - 1} and a multiple of {k} rows")
+        return a.reshape((k, a.shape[0] // k) + tuple(a.shape[1:]))
+
+    def __repr__(self) -> str:
+        return (f"<CompiledStep {self.fn_name}(params: {', '.join(self.params)}; "
+                f"batch: {', '.join(self.batch_names)})>")
+
+
+def _np_dtype(dtype: str) -> str:
+    from adc_runtime.kernels import DTYPES
+    return DTYPES[dtype]
