@@ -50,7 +50,7 @@ def train_step(program: Source, optimizer: Optimizer | str, clip: float | None =
                         f"got {type(optimizer).__name__}")
     module, f = _primal(program, fn)
     if dtype is not None:
-        from .cli_dtype import to_dtype
+        from .cli.dtype import to_dtype
         module = to_dtype(clone_module(module), dtype)
     names = (wrt,) if isinstance(wrt, str) else tuple(wrt or ())
     bind = tuple(f"{k}={v}" for k, v in (dims or {}).items())
