@@ -1,9 +1,11 @@
 """Extension points: user ops and passes, and loading the modules that define them.
 
-An op needs four things: a type rule, a VJP rule, a JVP slot (used once forward mode
-exists) and a kernel per array module. `register_op` declares them in one call, in the op
-registry (which TDSL, the passes and the verifier consult) and in the runtime's kernel table
-(which the executor and emitted Python programs consult). A pass is a frozen dataclass
+An op needs a type rule, a VJP rule, a JVP rule and a kernel per array module; optionally a
+FLOP count, a CUDA formula (then fusion and the CUDA backend take it) and whether its
+kernel returns new arrays. `register_op` declares them in one call, in the op registry
+(which TDSL, the passes, the emitters, the memory model and the verifier consult) and in
+the runtime's kernel table (which the executor, buffer planning and emitted Python
+programs consult), so a plugin op is first-class on every path. A pass is a frozen dataclass
 registered with `adcompiler.register_pass`. Both take effect when the defining module is
 imported, so ``adc ... --plugin mypkg.ops`` only has to import it first: `load_plugins`.
 """
@@ -31,15 +33,22 @@ def register_op(name: str, infer: Callable, *, kernel: Callable | None,
                 vjp: Callable | None = None, jvp: Callable | None = None,
                 operands: Sequence[str] = ("x",), options: Sequence[Option] = (),
                 traits: Iterable[str] = (), doc: str = "",
-                positional: Sequence[str] | None = None, replace: bool = False) -> OpDef:
+                positional: Sequence[str] | None = None, flops=None,
+                cuda: Callable | None = None, cuda_reduce=None,
+                index_bound: Callable | None = None, fresh=False,
+                replace: bool = False) -> OpDef:
     """Declare op `name` and its NumPy/CuPy kernel; returns the registry's `OpDef`.
 
     * ``infer(types, attrs)`` returns the result `TensorType` (or a list of them) or raises
       `ShapeError`; `types` are the operands' types, `attrs` the options with defaults.
     * ``vjp(b, op, cts)`` emits IR with the `Builder` `b` and returns one cotangent per
       operand (``None`` for a zero); ``cts`` holds one cotangent per result (``None`` is zero).
-    * ``jvp(b, op, tangents)`` returns one tangent per result; kept for forward mode.
-    * ``kernel(xp, *operands, **attrs)`` computes the op with the array module `xp`.
+    * ``jvp(b, op, tangents)`` returns one tangent per result (``None`` is zero), used by
+      forward mode (``jvp``) and Hessian-vector products.
+    * ``kernel(xp, *operands, **attrs)`` computes the op with the array module `xp`;
+      ``fresh=True`` says it always returns a new array (never an operand or a view).
+    * `flops`, `cuda`, `cuda_reduce`, `index_bound`: see `adcompiler.ops.registry`; a CUDA
+      formula is usually built with `adcompiler.emit.c` (``expr``, ``fn``, ``lit``).
 
     `replace=True` overrides an earlier registration of `name` (e.g. on reloading a module);
     otherwise a second registration is an error, as for built-in ops.
@@ -51,17 +60,19 @@ def register_op(name: str, infer: Callable, *, kernel: Callable | None,
     elif name in KERNELS and name not in registry.REGISTRY:
         raise ValueError(f"kernel {name!r} is already registered")
     opdef = registry.register(name, infer, operands=operands, options=options, traits=traits,
-                              vjp=vjp, jvp=jvp, doc=doc, positional=positional)
+                              vjp=vjp, jvp=jvp, doc=doc, positional=positional, flops=flops,
+                              cuda=cuda, cuda_reduce=cuda_reduce, index_bound=index_bound)
     if kernel is not None:
-        register_kernel(name)(kernel)
+        register_kernel(name, fresh=fresh)(kernel)
     return opdef
 
 
 def unregister_op(name: str) -> None:
     """Forget op `name` and its kernel (a no-op for names never registered)."""
-    from adc_runtime.kernels import KERNELS
+    from adc_runtime.kernels import FRESH, KERNELS
     registry.REGISTRY.pop(name, None)
     KERNELS.pop(name, None)
+    FRESH.pop(name, None)
 
 
 def _load_one(name: str) -> ModuleType:

@@ -32,30 +32,16 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from .dims import eval_dim
+from .kernels import FRESH
 from .liveness import last_uses
 
 ALIGN = 256
 
-# ops whose kernels always return new arrays, never an operand or a view of one (NumPy and
-# CuPy alike). Not here on purpose: reshape, transpose, broadcast_to, expand_dims, squeeze,
-# index, split, einsum of one operand (``ij->ji`` is a view; see `returns_new`),
-# round/floor/ceil (the identity on integers), stop_gradient, call, for, fused.
-FRESH_OPS = frozenset({
-    "neg", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "abs", "sign", "sin", "cos",
-    "tanh", "relu", "square", "reciprocal", "sigmoid", "softplus", "gelu", "leaky_relu",
-    "clip", "add", "sub", "mul", "div", "pow", "maximum", "minimum", "where",
-    "lt", "le", "gt", "ge", "eq", "ne", "bce", "bce_with_logits", "mse", "cast",
-    "sum", "mean", "max", "min", "var", "logsumexp", "softmax", "log_softmax",
-    "cross_entropy", "layernorm", "take", "take_grad", "one_hot", "matmul", "concat",
-    "stack", "index_grad", "const", "zeros", "ones", "full", "zeros_like", "ones_like",
-    "arange", "dim_value", "sum_to",
-})
-
-
 def returns_new(op) -> bool:
-    """Whether `op`'s kernel always returns a new array: `FRESH_OPS`, and an einsum of two
-    or more operands (a contraction or product computes a new array)."""
-    return op.name in FRESH_OPS or (op.name == "einsum" and len(op.operands) > 1)
+    """Whether `op`'s kernel always returns a new array, as its kernel declares
+    (`adc_runtime.kernels.FRESH`)."""
+    fresh = FRESH.get(op.name, False)
+    return fresh(op) if callable(fresh) else bool(fresh)
 
 
 ITEMSIZE = {"f16": 2, "f32": 4, "f64": 8, "i32": 4, "i64": 8, "bool": 1}
@@ -124,7 +110,7 @@ def alias_sources(op, in_place: Callable) -> dict:
     A loop's carried result may share the memory of its initial value, of a scanned input
     (a slice is a view) or of a captured value, through any chain of views in the body and
     across iterations; its stacked outputs are new. A fused group's result may be one of
-    its operands through views. Any other op not in `FRESH_OPS` may return any operand."""
+    its operands through views. Any other op whose kernel is not declared fresh may return any operand."""
     written = set(in_place(op))
     if returns_new(op):
         return {r: set() for r in op.results}

@@ -17,6 +17,7 @@ import numpy as np
 from ..diagnostics import AdcError, Loc
 from ..ir.core import Function, Op
 from ..ir.types import NUMPY_DTYPE, TensorType, dim_symbols, is_symbol, resolve_dim
+from ..ops import registry
 
 RANDOM_INT_HIGH = 2      # integer inputs with no known range are drawn from [0, 2)
 DEFAULT_DIM = 4          # size of a symbolic dimension nothing binds, in a random-input run
@@ -147,9 +148,13 @@ def require_bound(fn: Function, binder: DimBinder) -> None:
 
 
 def _int_ranges(fn: Function, env: Mapping[str, int],
-                ops=("cross_entropy", "take", "one_hot")) -> dict[str, int]:
-    """Exclusive upper bounds for integer inputs used by `ops` as class labels or indices."""
-    def size(v, axis):
+                checked_only: bool = False) -> dict[str, int]:
+    """Exclusive upper bounds for integer inputs that ops take as class labels or indices
+    (each op's `index_bound`); with `checked_only`, only those where a value out of range
+    is an error."""
+    def size(v, axis=None):
+        if axis is None:  # a dimension
+            return resolve_dim(v, env)
         shape = v.type.shape
         return resolve_dim(shape[axis % len(shape)], env) if shape else None
 
@@ -157,25 +162,20 @@ def _int_ranges(fn: Function, env: Mapping[str, int],
     high: dict[str, int] = {}
     op: Op
     for op in fn.walk():
-        found = None
-        if op.name not in ops:
+        opdef = registry.REGISTRY.get(op.name)
+        if opdef is None or opdef.index_bound is None:
             continue
-        if op.name == "cross_entropy" and len(op.operands) > 1 and op.operands[1] in args:
-            found = op.operands[1], size(op.operands[0], op.attrs.get("axis", -1))
-        elif op.name == "take" and len(op.operands) > 1 and op.operands[1] in args:
-            found = op.operands[1], size(op.operands[0], op.attrs.get("axis", 0))
-        elif op.name == "one_hot" and op.operands and op.operands[0] in args:
-            found = op.operands[0], resolve_dim(op.attrs["n"], env)
-        if found and found[1]:
-            name = args[found[0]]
-            high[name] = min(high.get(name, found[1]), found[1])
+        value, bound, checked = opdef.index_bound(op, size)
+        if value in args and bound and (checked or not checked_only):
+            name = args[value]
+            high[name] = min(high.get(name, bound), bound)
     return high
 
 
 def check_index_ranges(fn: Function, inputs: dict, env: Mapping[str, int], path: str) -> None:
     """Integer class labels of cross_entropy must lie in [0, n); NumPy would read a wrong
     element or fail deep in a kernel. (Gather indices may be negative, as in NumPy.)"""
-    for name, high in _int_ranges(fn, env, ("cross_entropy",)).items():
+    for name, high in _int_ranges(fn, env, checked_only=True).items():
         a = inputs[name]
         if a.size and (a.min() < 0 or a.max() >= high):
             raise AdcError(f"{path}: input '{name}' holds class labels outside [0, {high}) "

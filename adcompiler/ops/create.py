@@ -3,6 +3,7 @@ run-time value of a (possibly symbolic) dimension, for derivative rules that div
 from __future__ import annotations
 
 from ..diagnostics import ShapeError
+from ..emit.c import COMPUTE, literal
 from ..ir.types import TensorType
 from .registry import Option, register
 
@@ -16,18 +17,21 @@ def _filled(types, attrs):
 # const: a scalar literal (`value`) of `dtype`; the frontend gives a literal the dtype of the
 # tensor it meets.
 register("const", lambda types, attrs: TensorType(attrs["dtype"], ()), operands=(),
-         options=(Option("value", "number"), Option("dtype", "dtype", "f32")), traits=CTOR)
+         options=(Option("value", "number"), Option("dtype", "dtype", "f32")), traits=CTOR, flops=0,
+         cuda=lambda w, op: w.let(op.result.type.dtype,
+                                  literal(op.attrs["value"], op.result.type.dtype),
+                                  COMPUTE[op.result.type.dtype]))
 register("zeros", _filled, operands=(),
-         options=(Option("shape", "shape"), Option("dtype", "dtype", "f32")), traits=CTOR)
+         options=(Option("shape", "shape"), Option("dtype", "dtype", "f32")), traits=CTOR, flops=0)
 register("ones", _filled, operands=(),
-         options=(Option("shape", "shape"), Option("dtype", "dtype", "f32")), traits=CTOR)
+         options=(Option("shape", "shape"), Option("dtype", "dtype", "f32")), traits=CTOR, flops=0)
 register("full", _filled, operands=(),
          options=(Option("shape", "shape"), Option("value", "number"),
-                  Option("dtype", "dtype", "f32")), traits=CTOR)
+                  Option("dtype", "dtype", "f32")), traits=CTOR, flops=0)
 
 # zeros_like/ones_like read only their operand's type: the derivative is zero.
-register("zeros_like", lambda types, attrs: types[0], traits=("no_grad",))
-register("ones_like", lambda types, attrs: types[0], traits=("no_grad",))
+register("zeros_like", lambda types, attrs: types[0], traits=("no_grad",), flops=0)
+register("ones_like", lambda types, attrs: types[0], traits=("no_grad",), flops=0)
 
 
 def _arange(types, attrs):
@@ -38,7 +42,7 @@ def _arange(types, attrs):
 
 
 register("arange", _arange, operands=(),
-         options=(Option("n", "dim"), Option("dtype", "dtype", "i64")), traits=CTOR)
+         options=(Option("n", "dim"), Option("dtype", "dtype", "i64")), traits=CTOR, flops=0)
 
 
 def _dim_value(types, attrs):
@@ -50,7 +54,7 @@ def _dim_value(types, attrs):
 
 # dim_value(; n, dtype): the scalar value of the dimension `n` (e.g. "B*T") at run time.
 register("dim_value", _dim_value, operands=(),
-         options=(Option("n", "dim"), Option("dtype", "dtype", "f32")), traits=CTOR)
+         options=(Option("n", "dim"), Option("dtype", "dtype", "f32")), traits=CTOR, flops=0)
 
 
 def dim_scalar(b, n, dtype: str):

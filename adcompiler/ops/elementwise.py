@@ -16,14 +16,21 @@ Conventions at kinks and singular points (tests check each):
   ``0**b`` has a zero `b`-derivative; a negative base gives NaN for ``d/db`` (the logarithm
   is undefined there);
 * ``round floor ceil sign`` and comparisons have derivative 0 (trait ``no_grad``).
+
+Each op is one declaration: `unary` and `binary` take the local derivative once and derive
+both rules from it (an elementwise op's Jacobian is diagonal, so its VJP rule applied to a
+tangent is its JVP rule), beside the CUDA formula and the FLOP count. JVP rules may return
+tangents of an operand's shape: the forward driver broadcasts them to the result.
 """
 from __future__ import annotations
 
 import math
 
 from ..diagnostics import ShapeError
+from ..emit.c import COMPUTE, expr, fn, fn2, infix, lit, math_fn
 from ..ir.types import TensorType, broadcast_shapes, join_dtypes
-from .registry import Option, register, set_jvp
+from .registry import Option, register
+from .rules import add_all, float_tangent, scalar
 
 EW = ("elementwise",)
 NO_GRAD = EW + ("no_grad",)
@@ -79,81 +86,121 @@ def _where(types, attrs):
 
 # ---- rule helpers --------------------------------------------------------------------
 
-def _c(b, value, like):
-    """A scalar constant of `like`'s dtype."""
-    dtype = like.type.dtype
-    return b.const(value if like.type.is_float else int(value), dtype)
+def _self_adjoint(vjp):
+    """The JVP rule of a unary elementwise op: its diagonal Jacobian is its own transpose,
+    so the VJP rule applied to the tangent gives the result's tangent."""
+    def jvp(b, op, tangents):
+        if tangents[0] is None or not op.operands[0].type.is_float:
+            return [None]
+        return vjp(b, op, tangents)
+    return jvp
 
 
-def _unary_vjp(fn):
-    """Lift ``fn(b, x, y, g) -> dx`` (operand, result, cotangent) to a VJP rule."""
-    return lambda b, op, ct: [fn(b, op.operands[0], op.result, ct[0])]
+def unary(name, cuda, *, deriv=None, scale=None, vjp=None, infer=None, traits=(),
+          options=(), flops=None, doc=""):
+    """Declare a unary elementwise op from one of: `deriv(b, x, y)`, its local derivative
+    (the cotangent is multiplied by it); `scale(b, x, y, g)`, the cotangent of `x` from the
+    cotangent `g`; `vjp`, a whole rule. The JVP rule is the same map applied to the tangent.
+    Without any of them the op has derivative zero (give the ``no_grad`` trait)."""
+    if deriv is not None:
+        scale = lambda b, x, y, g: b.emit("mul", g, deriv(b, x, y))  # noqa: E731
+    if scale is not None:
+        vjp = lambda b, op, ct: [scale(b, op.operands[0], op.result, ct[0])]  # noqa: E731
+    register(name, infer or _float_unary(name), options=options, traits=EW + tuple(traits),
+             vjp=vjp, jvp=_self_adjoint(vjp) if vjp else None, cuda=cuda, flops=flops, doc=doc)
 
 
-def _chain(fn):
-    """VJP rule ``g * fn(b, x, y)`` for a unary op with local derivative `fn`."""
-    return _unary_vjp(lambda b, x, y, g: b.emit("mul", g, fn(b, x, y)))
-
+# ---- unary ---------------------------------------------------------------------------
 
 def _gelu_deriv(b, x, y):
     # gelu = 0.5 x (1 + t), t = tanh(k x (1 + a x^2)):
     # gelu' = 0.5 ((1 + t) + x (1 - t^2) k (1 + 3 a x^2))
     k, a = math.sqrt(2.0 / math.pi), 0.044715
-    one, x2 = _c(b, 1.0, x), b.emit("square", x)
-    t = b.emit("tanh", b.emit("mul", b.emit("mul", _c(b, k, x), x),
-                              b.emit("add", one, b.emit("mul", _c(b, a, x), x2))))
-    du = b.emit("mul", _c(b, k, x), b.emit("add", one, b.emit("mul", _c(b, 3 * a, x), x2)))
+    one, x2 = scalar(b, 1.0, x), b.emit("square", x)
+    t = b.emit("tanh", b.emit("mul", b.emit("mul", scalar(b, k, x), x),
+                              b.emit("add", one, b.emit("mul", scalar(b, a, x), x2))))
+    du = b.emit("mul", scalar(b, k, x), b.emit("add", one, b.emit("mul", scalar(b, 3 * a, x), x2)))
     right = b.emit("mul", b.emit("mul", x, b.emit("sub", one, b.emit("square", t))), du)
-    return b.emit("mul", _c(b, 0.5, x), b.emit("add", b.emit("add", one, t), right))
+    return b.emit("mul", scalar(b, 0.5, x), b.emit("add", b.emit("add", one, t), right))
 
 
-# ---- unary ---------------------------------------------------------------------------
+def _gelu_cuda(w, ct, dt, op, a):
+    return (f"{lit(0.5, ct)} * {a} * ({lit(1.0, ct)} + {math_fn('tanh', ct)}("
+            f"{lit(math.sqrt(2.0 / math.pi), ct)} * ({a} + {lit(0.044715, ct)} * {a} * {a} * {a})))")
 
-UNARY_VJPS = {
-    "exp": _chain(lambda b, x, y: y),
-    "log": _unary_vjp(lambda b, x, y, g: b.emit("div", g, x)),
-    "log1p": _unary_vjp(lambda b, x, y, g: b.emit("div", g, b.emit("add", x, _c(b, 1.0, x)))),
-    "expm1": _chain(lambda b, x, y: b.emit("add", y, _c(b, 1.0, y))),
-    "sqrt": _unary_vjp(lambda b, x, y, g: b.emit("div", g, b.emit("mul", y, _c(b, 2.0, y)))),
-    # rsqrt' = -x^(-3/2) / 2 = -y^3 / 2
-    "rsqrt": _chain(lambda b, x, y: b.emit("mul", _c(b, -0.5, y),
-                                           b.emit("mul", y, b.emit("square", y)))),
-    "abs": _chain(lambda b, x, y: b.emit("sign", x)),
-    "sin": _chain(lambda b, x, y: b.emit("cos", x)),
-    "cos": _chain(lambda b, x, y: b.emit("neg", b.emit("sin", x))),
-    "tanh": _chain(lambda b, x, y: b.emit("sub", _c(b, 1.0, y), b.emit("square", y))),
-    "sigmoid": _chain(lambda b, x, y: b.emit("mul", y, b.emit("sub", _c(b, 1.0, y), y))),
-    "relu": _unary_vjp(lambda b, x, y, g: b.emit(
-        "where", b.emit("gt", x, _c(b, 0.0, x)), g, _c(b, 0.0, g))),
-    "gelu": _chain(_gelu_deriv),
-    # softplus' = sigmoid, which the sigmoid kernel computes stably
-    "softplus": _chain(lambda b, x, y: b.emit("sigmoid", x)),
-    "square": _chain(lambda b, x, y: b.emit("mul", x, _c(b, 2.0, x))),
-    "reciprocal": _chain(lambda b, x, y: b.emit("neg", b.emit("square", y))),
-}
 
-register("neg", _numeric_unary("neg"), traits=EW + ("linear",),
-         vjp=lambda b, op, ct: [b.emit("neg", ct[0]) if op.operands[0].type.is_float else None])
-for _name, _vjp in UNARY_VJPS.items():
-    register(_name, _float_unary(_name), traits=EW, vjp=_vjp)
-register("sign", _float_unary("sign"), traits=NO_GRAD)
-for _name in ("round", "floor", "ceil"):
-    register(_name, _numeric_unary(_name), traits=NO_GRAD)
+def _sigmoid_cuda(w, ct, dt, op, a):
+    # exp(-|x|) <= 1 never overflows: 1/(1+e) for x >= 0, e/(1+e) for x < 0
+    e = w.local(ct, f"{math_fn('exp', ct)}(-{math_fn('fabs', ct)}({a}))")
+    one = lit(1.0, ct)
+    return f"{a} >= {lit(0.0, ct)} ? {one} / ({one} + {e}) : {e} / ({one} + {e})"
+
+
+def _softplus_cuda(w, ct, dt, op, a):
+    return (f"adc_max({a}, {lit(0.0, ct)}) + "
+            f"{math_fn('log1p', ct)}({math_fn('exp', ct)}(-{math_fn('fabs', ct)}({a})))")
+
+
+def _sign_cuda(w, ct, dt, op, a):
+    zero = lit(0.0, ct)
+    return f"{a} > {zero} ? {lit(1.0, ct)} : ({a} < {zero} ? {lit(-1.0, ct)} : {a})"
+
+
+def _int_identity(name):
+    """floor/ceil/round: the identity on integers (as the NumPy kernels)."""
+    return expr(lambda w, ct, dt, op, a: f"{math_fn(name, ct)}({a})" if dt.startswith("f")
+                else a)
 
 
 def _leaky_relu_vjp(b, op, ct):
     x, g = op.operands[0], ct[0]
-    slope = b.emit("mul", g, _c(b, op.attrs["slope"], g))
-    return [b.emit("where", b.emit("gt", x, _c(b, 0.0, x)), g, slope)]
+    slope = b.emit("mul", g, scalar(b, op.attrs["slope"], g))
+    return [b.emit("where", b.emit("gt", x, scalar(b, 0.0, x)), g, slope)]
 
 
-register("leaky_relu", _float_unary("leaky_relu"), options=(Option("slope", "float", 0.01),),
-         traits=EW, vjp=_leaky_relu_vjp)
+unary("neg", expr(lambda w, ct, dt, op, a: f"-{a}"), infer=_numeric_unary("neg"),
+      traits=("linear",),
+      vjp=lambda b, op, ct: [b.emit("neg", ct[0]) if op.operands[0].type.is_float else None])
+unary("exp", fn("exp"), deriv=lambda b, x, y: y)
+unary("log", fn("log"), scale=lambda b, x, y, g: b.emit("div", g, x))
+unary("log1p", fn("log1p"),
+      scale=lambda b, x, y, g: b.emit("div", g, b.emit("add", x, scalar(b, 1.0, x))))
+unary("expm1", fn("expm1"), deriv=lambda b, x, y: b.emit("add", y, scalar(b, 1.0, y)))
+unary("sqrt", fn("sqrt"),
+      scale=lambda b, x, y, g: b.emit("div", g, b.emit("mul", y, scalar(b, 2.0, y))))
+# rsqrt' = -x^(-3/2) / 2 = -y^3 / 2
+unary("rsqrt", expr(lambda w, ct, dt, op, a: f"{lit(1.0, ct)} / {math_fn('sqrt', ct)}({a})"),
+      deriv=lambda b, x, y: b.emit("mul", scalar(b, -0.5, y), b.emit("mul", y, b.emit("square", y))))
+unary("abs", fn("fabs"), deriv=lambda b, x, y: b.emit("sign", x))
+unary("sin", fn("sin"), deriv=lambda b, x, y: b.emit("cos", x))
+unary("cos", fn("cos"), deriv=lambda b, x, y: b.emit("neg", b.emit("sin", x)))
+unary("tanh", fn("tanh"), flops=4,
+      deriv=lambda b, x, y: b.emit("sub", scalar(b, 1.0, y), b.emit("square", y)))
+unary("sigmoid", expr(_sigmoid_cuda), flops=4,
+      deriv=lambda b, x, y: b.emit("mul", y, b.emit("sub", scalar(b, 1.0, y), y)))
+unary("relu", expr(lambda w, ct, dt, op, a: f"adc_max({a}, {lit(0.0, ct)})"),
+      scale=lambda b, x, y, g: b.emit("where", b.emit("gt", x, scalar(b, 0.0, x)), g, scalar(b, 0.0, g)))
+unary("gelu", expr(_gelu_cuda), deriv=_gelu_deriv, flops=8)
+# softplus' = sigmoid, which the sigmoid kernel computes stably
+unary("softplus", expr(_softplus_cuda), deriv=lambda b, x, y: b.emit("sigmoid", x), flops=4)
+unary("square", expr(lambda w, ct, dt, op, a: f"{a} * {a}"),
+      deriv=lambda b, x, y: b.emit("mul", x, scalar(b, 2.0, x)))
+unary("reciprocal", expr(lambda w, ct, dt, op, a: f"{lit(1.0, ct)} / {a}"),
+      deriv=lambda b, x, y: b.emit("neg", b.emit("square", y)))
+unary("leaky_relu", expr(lambda w, ct, dt, op, a: f"{a} > {lit(0.0, ct)} ? {a} : "
+                                                  f"{a} * {lit(op.attrs['slope'], ct)}"),
+      options=(Option("slope", "float", 0.01),), vjp=_leaky_relu_vjp)
+unary("sign", expr(_sign_cuda), traits=("no_grad",))
+unary("round", _int_identity("rint"), infer=_numeric_unary("round"), traits=("no_grad",))
+unary("floor", _int_identity("floor"), infer=_numeric_unary("floor"), traits=("no_grad",))
+unary("ceil", _int_identity("ceil"), infer=_numeric_unary("ceil"), traits=("no_grad",))
 
+
+# ---- clip ----------------------------------------------------------------------------
 
 def _clip_vjp(b, op, ct):
     x, lo, hi = op.operands
-    g, zero = ct[0], _c(b, 0.0, ct[0])
+    g, zero = ct[0], scalar(b, 0.0, ct[0])
     below, above = b.emit("lt", x, lo), b.emit("gt", x, hi)
     # with lo > hi the result is hi everywhere (min(max(x, lo), hi)): hi takes it all
     crossed = b.emit("gt", lo, hi) if lo.type.is_float or hi.type.is_float else None
@@ -165,26 +212,53 @@ def _clip_vjp(b, op, ct):
             if hi.type.is_float else None]
 
 
-register("clip", _broadcast("clip"), operands=("x", "lo", "hi"), traits=EW, vjp=_clip_vjp)
+def _clip_jvp(b, op, tangents):
+    x, lo, hi = op.operands
+    tx, tlo, thi = (float_tangent(v, t) for v, t in zip(op.operands, tangents))
+    if tx is None and tlo is None and thi is None:
+        return [None]
+    zero = scalar(b, 0.0, op.result)
+    below, above = b.emit("lt", x, lo), b.emit("gt", x, hi)
+    inside = b.emit("where", above, zero if thi is None else thi, zero if tx is None else tx)
+    low = zero if tlo is None else tlo
+    if tlo is not None or thi is not None:  # lo > hi: the result is hi (see _clip_vjp)
+        low = b.emit("where", b.emit("gt", lo, hi), zero if thi is None else thi, low)
+    return [b.emit("where", below, low, inside)]
+
+
+register("clip", _broadcast("clip"), operands=("x", "lo", "hi"), traits=EW, vjp=_clip_vjp,
+         jvp=_clip_jvp,
+         cuda=expr(lambda w, ct, dt, op, x, lo, hi: f"adc_min(adc_max({x}, {lo}), {hi})"))
+
 
 # ---- binary --------------------------------------------------------------------------
 
-
-def _binary_vjp(da, db):
-    """VJP rule from ``da(b, a, bb, y, g)`` and ``db(...)``; skipped for non-float operands."""
+def binary(name, cuda, da, db, *, traits=(), jvp=None, float_result=False):
+    """Declare a binary elementwise op from its per-operand cotangents ``da(b, a, bb, y, g)``
+    and ``db(...)`` (skipped for non-float operands); the JVP rule sums the same maps of the
+    operands' tangents unless `jvp` is given."""
     def vjp(b, op, ct):
         a, bb = op.operands
         args = (b, a, bb, op.result, ct[0])
         return [da(*args) if a.type.is_float else None,
                 db(*args) if bb.type.is_float else None]
-    return vjp
+
+    def forward(b, op, tangents):
+        ta, tb = (float_tangent(v, t) for v, t in zip(op.operands, tangents))
+        # an integer operand joins the result's float dtype (log(a) of pow needs a float)
+        a, bb = (v if v.type.is_float else b.emit("cast", v, dtype=op.result.type.dtype)
+                 for v in op.operands)
+        return [add_all(b, [da(b, a, bb, op.result, ta) if ta is not None else None,
+                                 db(b, a, bb, op.result, tb) if tb is not None else None])]
+    register(name, _broadcast(name, float_result=float_result), operands=("a", "b"),
+             traits=EW + tuple(traits), vjp=vjp, jvp=jvp or forward, cuda=cuda)
 
 
 def _pow_db(b, a, bb, y, g):
     # log(a) read as 0 at a == 0, so 0**b contributes nothing to d/db (and no NaN)
     if not a.type.is_float:  # an integer base: its log is taken in the result's dtype
         a = b.emit("cast", a, dtype=y.type.dtype)
-    safe = b.emit("where", b.emit("eq", a, _c(b, 0.0, a)), _c(b, 1.0, a), a)
+    safe = b.emit("where", b.emit("eq", a, scalar(b, 0.0, a)), scalar(b, 1.0, a), a)
     return b.emit("mul", g, b.emit("mul", y, b.emit("log", safe)))
 
 
@@ -192,175 +266,110 @@ def _pow_da(b, a, bb, y, g):
     # b * a**(b-1) is 0 * 0**-1 = NaN at a == b == 0, where a**0 = 1 has derivative 0 (as
     # PyTorch and JAX): the base is read as 1 there. Elsewhere the rule and its own
     # derivatives (d/db included, for second order) are untouched.
-    zero = _c(b, 0.0, a)
+    zero = scalar(b, 0.0, a)
     safe = b.emit("where", b.emit("eq", a, zero),
-                  b.emit("where", b.emit("eq", bb, _c(b, 0.0, bb)), _c(b, 1.0, a), a), a)
-    pw = b.emit("pow", safe, b.emit("sub", bb, _c(b, 1.0, bb)))
+                  b.emit("where", b.emit("eq", bb, scalar(b, 0.0, bb)), scalar(b, 1.0, a), a), a)
+    pw = b.emit("pow", safe, b.emit("sub", bb, scalar(b, 1.0, bb)))
     return b.emit("mul", g, b.emit("mul", bb, pw))
 
 
 def _tie_weight(b, a, bb, y, wins):
     """Share of the cotangent owed to `a` in maximum/minimum: 1 if it `wins`, 0.5 on a tie."""
-    one, half, zero = _c(b, 1.0, y), _c(b, 0.5, y), _c(b, 0.0, y)
+    one, half, zero = scalar(b, 1.0, y), scalar(b, 0.5, y), scalar(b, 0.0, y)
     tie = b.emit("where", b.emit("eq", a, bb), half, zero)
     return b.emit("where", b.emit(wins, a, bb), one, tie)
 
 
-def _extremum_vjp(wins):
+def _extremum(name, wins, cuda):
+    """maximum/minimum: the tie weight is built once and shared by both operands' terms."""
     def vjp(b, op, ct):
         a, bb = op.operands
         g = ct[0]
         w = _tie_weight(b, a, bb, op.result, wins)
         return [b.emit("mul", g, w) if a.type.is_float else None,
-                b.emit("mul", g, b.emit("sub", _c(b, 1.0, w), w)) if bb.type.is_float else None]
-    return vjp
+                b.emit("mul", g, b.emit("sub", scalar(b, 1.0, w), w)) if bb.type.is_float else None]
 
-
-_first = lambda b, a, bb, y, g: g  # noqa: E731
-BINARY = {
-    "add": (("linear", "commutative"), _binary_vjp(_first, lambda b, a, bb, y, g: g)),
-    "sub": (("linear",), _binary_vjp(_first, lambda b, a, bb, y, g: b.emit("neg", g))),
-    "mul": (("commutative",), _binary_vjp(lambda b, a, bb, y, g: b.emit("mul", g, bb),
-                                          lambda b, a, bb, y, g: b.emit("mul", g, a))),
-    # d/db (a / b) = -(a / b) / b = -y / b
-    "div": ((), _binary_vjp(lambda b, a, bb, y, g: b.emit("div", g, bb),
-                            lambda b, a, bb, y, g: b.emit(
-                                "neg", b.emit("div", b.emit("mul", g, y), bb)))),
-    "pow": ((), _binary_vjp(_pow_da, _pow_db)),
-    "maximum": (("commutative",), _extremum_vjp("gt")),
-    "minimum": (("commutative",), _extremum_vjp("lt")),
-}
-
-for _name, (_traits, _vjp) in BINARY.items():
-    register(_name, _broadcast(_name, float_result=_name in ("div", "pow")),
-             operands=("a", "b"), traits=EW + _traits, vjp=_vjp)
-
-# ---- comparisons and where -----------------------------------------------------------
-
-for _name in ("lt", "le", "gt", "ge", "eq", "ne"):
-    register(_name, _broadcast(_name, result_dtype="bool"), operands=("a", "b"),
-             traits=NO_GRAD + (("commutative",) if _name in ("eq", "ne") else ()))
-
-
-def _where_vjp(b, op, ct):
-    cond, a, bb = op.operands
-    g = ct[0]
-    zero = _c(b, 0.0, g)
-    return [None,
-            b.emit("where", cond, g, zero) if a.type.is_float else None,
-            b.emit("where", cond, zero, g) if bb.type.is_float else None]
-
-
-register("where", _where, operands=("cond", "a", "b"), traits=EW, vjp=_where_vjp)
-
-
-# ---- JVP rules -----------------------------------------------------------------------
-# An elementwise op's Jacobian is diagonal: the tangent of its result is the sum over
-# operands of (operand tangent) * (local derivative), which is what each VJP rule above
-# computes for one operand when handed that operand's tangent as the cotangent. Rules may
-# return tangents of an operand's shape: the forward driver broadcasts to the result.
-
-
-def _float_tangent(v, t):
-    """`t`, or None for an operand that carries no derivative (integers, bools)."""
-    return t if v.type.is_float else None
-
-
-def _sum_tangents(b, parts):
-    out = None
-    for p in parts:
-        if p is not None:
-            out = p if out is None else b.emit("add", out, p)
-    return out
-
-
-def _self_adjoint(vjp):
-    """The JVP rule of a unary elementwise op: its diagonal Jacobian is its own transpose,
-    so the VJP rule applied to the tangent gives the result's tangent."""
     def jvp(b, op, tangents):
-        if tangents[0] is None or not op.operands[0].type.is_float:
+        ta, tb = (float_tangent(v, t) for v, t in zip(op.operands, tangents))
+        if ta is None and tb is None:
             return [None]
-        return vjp(b, op, tangents)
-    return jvp
+        w = _tie_weight(b, *op.operands, op.result, wins)
+        return [add_all(b, [
+            b.emit("mul", ta, w) if ta is not None else None,
+            b.emit("mul", tb, b.emit("sub", scalar(b, 1.0, w), w)) if tb is not None else None])]
+    register(name, _broadcast(name), operands=("a", "b"), traits=EW + ("commutative",),
+             vjp=vjp, jvp=jvp, cuda=cuda)
 
 
-for _name, _vjp in list(UNARY_VJPS.items()) + [("leaky_relu", _leaky_relu_vjp)]:
-    set_jvp(_name)(_self_adjoint(_vjp))
-set_jvp("neg")(lambda b, op, t: [b.emit("neg", _float_tangent(op.operands[0], t[0]))
-                                 if _float_tangent(op.operands[0], t[0]) is not None else None])
-
-
-def _binary_jvp(da, db):
-    """JVP rule from the per-operand local-derivative products `da`, `db` of `_binary_vjp`."""
-    def jvp(b, op, tangents):
-        ta, tb = (_float_tangent(v, t) for v, t in zip(op.operands, tangents))
-        # an integer operand joins the result's float dtype (log(a) of pow needs a float)
-        a, bb = (v if v.type.is_float else b.emit("cast", v, dtype=op.result.type.dtype)
-                 for v in op.operands)
-        return [_sum_tangents(b, [da(b, a, bb, op.result, ta) if ta is not None else None,
-                                  db(b, a, bb, op.result, tb) if tb is not None else None])]
-    return jvp
-
-
-@set_jvp("add")
 def _add_jvp(b, op, tangents):
-    ta, tb = (_float_tangent(v, t) for v, t in zip(op.operands, tangents))
-    return [_sum_tangents(b, [ta, tb])]
+    return [add_all(b, [float_tangent(v, t) for v, t in zip(op.operands, tangents)])]
 
 
-@set_jvp("sub")
 def _sub_jvp(b, op, tangents):
-    ta, tb = (_float_tangent(v, t) for v, t in zip(op.operands, tangents))
+    ta, tb = (float_tangent(v, t) for v, t in zip(op.operands, tangents))
     if tb is None:
         return [ta]
     return [b.emit("neg", tb) if ta is None else b.emit("sub", ta, tb)]
 
 
-set_jvp("mul")(_binary_jvp(lambda b, a, bb, y, g: b.emit("mul", g, bb),
-                           lambda b, a, bb, y, g: b.emit("mul", g, a)))
-set_jvp("div")(_binary_jvp(lambda b, a, bb, y, g: b.emit("div", g, bb),
-                           lambda b, a, bb, y, g: b.emit(
-                               "neg", b.emit("div", b.emit("mul", g, y), bb))))
-set_jvp("pow")(_binary_jvp(_pow_da, _pow_db))
+_first = lambda b, a, bb, y, g: g  # noqa: E731
+binary("add", infix("+"), _first, _first, traits=("linear", "commutative"), jvp=_add_jvp)
+binary("sub", infix("-"), _first, lambda b, a, bb, y, g: b.emit("neg", g), traits=("linear",),
+       jvp=_sub_jvp)
+binary("mul", infix("*"), lambda b, a, bb, y, g: b.emit("mul", g, bb),
+       lambda b, a, bb, y, g: b.emit("mul", g, a), traits=("commutative",))
+# d/db (a / b) = -(a / b) / b = -y / b
+binary("div", infix("/"), lambda b, a, bb, y, g: b.emit("div", g, bb),
+       lambda b, a, bb, y, g: b.emit("neg", b.emit("div", b.emit("mul", g, y), bb)),
+       float_result=True)
+binary("pow", fn2("pow"), _pow_da, _pow_db, float_result=True)  # float only (its type rule)
+_extremum("maximum", "gt", expr(lambda w, ct, dt, op, a, b: f"adc_max({a}, {b})"))
+_extremum("minimum", "lt", expr(lambda w, ct, dt, op, a, b: f"adc_min({a}, {b})"))
 
 
-def _extremum_jvp(wins):
-    def jvp(b, op, tangents):
-        a, bb = op.operands
-        ta, tb = (_float_tangent(v, t) for v, t in zip(op.operands, tangents))
-        if ta is None and tb is None:
-            return [None]
-        w = _tie_weight(b, a, bb, op.result, wins)
-        return [_sum_tangents(b, [
-            b.emit("mul", ta, w) if ta is not None else None,
-            b.emit("mul", tb, b.emit("sub", _c(b, 1.0, w), w)) if tb is not None else None])]
-    return jvp
+# ---- comparisons and where -----------------------------------------------------------
+
+def _compare(symbol):
+    """``a <symbol> b`` in the compute type of the operands' joined dtype."""
+    def formula(w, op):
+        ct = COMPUTE[join_dtypes(*(v.type.dtype for v in op.operands))]
+        a, b = (w.ref(v, ct) for v in op.operands)
+        return w.let(op.result.type.dtype, f"{a} {symbol} {b}", "bool")
+    return formula
 
 
-set_jvp("maximum")(_extremum_jvp("gt"))
-set_jvp("minimum")(_extremum_jvp("lt"))
+for _name, _symbol in (("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="), ("eq", "=="),
+                       ("ne", "!=")):
+    register(_name, _broadcast(_name, result_dtype="bool"), operands=("a", "b"),
+             traits=NO_GRAD + (("commutative",) if _name in ("eq", "ne") else ()),
+             cuda=_compare(_symbol))
 
 
-@set_jvp("where")
+def _where_vjp(b, op, ct):
+    cond, a, bb = op.operands
+    g = ct[0]
+    zero = scalar(b, 0.0, g)
+    return [None,
+            b.emit("where", cond, g, zero) if a.type.is_float else None,
+            b.emit("where", cond, zero, g) if bb.type.is_float else None]
+
+
 def _where_jvp(b, op, tangents):
     cond, a, bb = op.operands
-    ta, tb = _float_tangent(a, tangents[1]), _float_tangent(bb, tangents[2])
+    ta, tb = float_tangent(a, tangents[1]), float_tangent(bb, tangents[2])
     if ta is None and tb is None:
         return [None]
-    zero = _c(b, 0.0, op.result)
+    zero = scalar(b, 0.0, op.result)
     return [b.emit("where", cond, zero if ta is None else ta, zero if tb is None else tb)]
 
 
-@set_jvp("clip")
-def _clip_jvp(b, op, tangents):
-    x, lo, hi = op.operands
-    tx, tlo, thi = (_float_tangent(v, t) for v, t in zip(op.operands, tangents))
-    if tx is None and tlo is None and thi is None:
-        return [None]
-    zero = _c(b, 0.0, op.result)
-    below, above = b.emit("lt", x, lo), b.emit("gt", x, hi)
-    inside = b.emit("where", above, zero if thi is None else thi, zero if tx is None else tx)
-    low = zero if tlo is None else tlo
-    if tlo is not None or thi is not None:  # lo > hi: the result is hi (see _clip_vjp)
-        low = b.emit("where", b.emit("gt", lo, hi), zero if thi is None else thi, low)
-    return [b.emit("where", below, low, inside)]
+def _where_cuda(w, op):
+    dtype = op.result.type.dtype
+    ct = COMPUTE[dtype]
+    cond = w.names[op.operands[0]]
+    a, b = (w.ref(v, ct) for v in op.operands[1:])
+    return w.let(dtype, f"{cond} ? {a} : {b}", ct)
+
+
+register("where", _where, operands=("cond", "a", "b"), traits=EW, vjp=_where_vjp,
+         jvp=_where_jvp, cuda=_where_cuda)

@@ -1,9 +1,11 @@
 """Linear algebra: matmul (`@`), transpose, einsum."""
 from __future__ import annotations
 
+import math
+
 from ..diagnostics import ShapeError
 from ..ir.types import TensorType, broadcast_shapes, join_dtypes
-from .registry import Option, register, set_jvp
+from .registry import Option, register
 
 
 # ---- matmul ---------------------------------------------------------------------------
@@ -51,8 +53,33 @@ def _matmul_vjp(b, op, cts):
     return [gx, gy]
 
 
+def _product_rule(b, op, tangents, emit):
+    """matmul and einsum are multilinear: the tangent is the sum, over operands with a
+    tangent, of the op with that operand replaced by its tangent."""
+    out = None
+    for i, t in enumerate(tangents):
+        if t is None or not op.operands[i].type.is_float:
+            continue
+        args = list(op.operands)
+        args[i] = t
+        term = emit(args)
+        out = term if out is None else b.emit("add", out, term)
+    return [out]
+
+
+def _matmul_jvp(b, op, tangents):
+    return _product_rule(b, op, tangents, lambda args: b.emit("matmul", *args))
+
+
+def _matmul_flops(op, elements):
+    """2*m*n*k per batch entry: two per result element per step of the contraction."""
+    k = elements(op.operands[0].type.shape[-1:])
+    return 2 * elements(op.results[0].type.shape) * k
+
+
 register("matmul", _matmul, operands=("a", "b"), vjp=_matmul_vjp,
-         doc="NumPy matmul: 1-D, 2-D and batched with broadcast batch axes")
+         doc="NumPy matmul: 1-D, 2-D and batched with broadcast batch axes",
+         jvp=_matmul_jvp, flops=_matmul_flops)
 
 
 # ---- transpose ------------------------------------------------------------------------
@@ -83,7 +110,7 @@ def _transpose_vjp(b, op, cts):
 
 
 register("transpose", _transpose, options=(Option("perm", "ints", None),),
-         traits=("linear",), vjp=_transpose_vjp)
+         traits=("linear",), vjp=_transpose_vjp, flops=0)
 
 
 # ---- einsum ---------------------------------------------------------------------------
@@ -150,34 +177,25 @@ def _einsum_vjp(b, op, cts):
     return grads
 
 
-register("einsum", _einsum, operands=("*operands",), options=(Option("spec", "str"),),
-         positional=("spec", "*operands"), vjp=_einsum_vjp)
-
-
-# ---- JVP rules ------------------------------------------------------------------------
-# transpose is linear: the forward driver applies it to the tangent. matmul and einsum are
-# multilinear: the tangent is the sum, over operands with a tangent, of the op with that
-# operand replaced by its tangent (the product rule).
-
-
-def _product_rule(b, op, tangents, emit):
-    out = None
-    for i, t in enumerate(tangents):
-        if t is None or not op.operands[i].type.is_float:
-            continue
-        args = list(op.operands)
-        args[i] = t
-        term = emit(args)
-        out = term if out is None else b.emit("add", out, term)
-    return [out]
-
-
-@set_jvp("matmul")
-def _matmul_jvp(b, op, tangents):
-    return _product_rule(b, op, tangents, lambda args: b.emit("matmul", *args))
-
-
-@set_jvp("einsum")
 def _einsum_jvp(b, op, tangents):
     spec = op.attrs["spec"]
     return _product_rule(b, op, tangents, lambda args: b.emit("einsum", *args, spec=spec))
+
+
+def _einsum_flops(op, elements):
+    """Two per point of the full index space."""
+    spec = op.attrs["spec"].replace(" ", "")
+    ins = spec.split("->")[0].split(",")
+    sizes: dict[str, int] = {}
+    for sub, v in zip(ins, op.operands):
+        shape = [elements((d,)) for d in v.type.shape]
+        letters = [c for c in sub if c.isalpha()]
+        for c, d in zip(letters[-len(shape):] if shape else [], shape[-len(letters):]):
+            sizes[c] = max(sizes.get(c, 1), d)
+    extra = elements(op.results[0].type.shape) if "..." in spec else 1
+    return 2 * math.prod(sizes.values()) * max(extra, 1)
+
+
+register("einsum", _einsum, operands=("*operands",), options=(Option("spec", "str"),),
+         positional=("spec", "*operands"), vjp=_einsum_vjp,
+         jvp=_einsum_jvp, flops=_einsum_flops)

@@ -8,9 +8,11 @@ log_softmax and sigmoid, so values and derivatives stay finite for large inputs.
 from __future__ import annotations
 
 from ..diagnostics import ShapeError
+from ..emit.c import COMPUTE, expr, lit, math_fn
 from ..ir.types import TensorType, broadcast_shapes, join_dtypes, normalize_axis, num_elements
 from .create import dim_scalar
-from .registry import Option, register, set_jvp
+from .registry import Option, register
+from .rules import add_all, float_tangent
 
 AXIS = Option("axis", "int", -1)
 
@@ -60,8 +62,24 @@ def _log_softmax_vjp(b, op, cts):
     return [b.emit("sub", cts[0], b.emit("mul", p, s))]
 
 
-register("softmax", _softmax_type("softmax"), options=(AXIS,), vjp=_softmax_vjp)
-register("log_softmax", _softmax_type("log_softmax"), options=(AXIS,), vjp=_log_softmax_vjp)
+def _softmax_jvp(b, op, tangents):
+    # the Jacobian diag(y) - y y^T is symmetric: the VJP rule gives the JVP
+    return [None] if tangents[0] is None else _softmax_vjp(b, op, tangents)
+
+
+def _log_softmax_jvp(b, op, tangents):
+    t = tangents[0]
+    if t is None:
+        return [None]
+    p = b.emit("exp", op.result)
+    s = b.emit("sum", b.emit("mul", p, t), axis=op.attrs["axis"], keepdims=True)
+    return [b.emit("sub", t, s)]
+
+
+register("softmax", _softmax_type("softmax"), options=(AXIS,), vjp=_softmax_vjp,
+         jvp=_softmax_jvp, flops=5)
+register("log_softmax", _softmax_type("log_softmax"), options=(AXIS,), vjp=_log_softmax_vjp,
+         jvp=_log_softmax_jvp, flops=5)
 
 
 # ---- cross_entropy --------------------------------------------------------------------
@@ -103,9 +121,38 @@ def _cross_entropy_vjp(b, op, cts):
     return [b.emit("mul", ct, gz), b.emit("mul", ct, b.emit("neg", ls))]
 
 
+def _cross_entropy_jvp(b, op, tangents):
+    z, y = op.operands
+    tz, ty = float_tangent(z, tangents[0]), float_tangent(y, tangents[1])
+    axis = normalize_axis(op.attrs["axis"], z.type.rank)
+    parts = []
+    if not y.type.is_float:
+        if tz is not None:
+            onehot = b.emit("one_hot", y, n=z.type.shape[axis], dtype=z.type.dtype)
+            gz = b.emit("sub", b.emit("softmax", z, axis=axis), move_last_to(b, onehot, axis))
+            parts.append(b.emit("mul", gz, tz))
+    else:
+        ls = b.emit("log_softmax", z, axis=axis)
+        if tz is not None:
+            mass = b.emit("sum", y, axis=axis, keepdims=True)
+            gz = b.emit("sub", b.emit("mul", b.emit("exp", ls), mass), y)
+            parts.append(b.emit("mul", gz, tz))
+        if ty is not None:
+            parts.append(b.emit("mul", b.emit("neg", ls), ty))
+    total = add_all(b, parts)
+    return [None if total is None else b.emit("sum", total, axis=axis)]
+
+
+def _label_bound(op, size):
+    """Integer labels must lie in [0, n) for the n classes along `axis`."""
+    z, y = op.operands
+    return y, size(z, op.attrs.get("axis", -1)), True
+
+
 register("cross_entropy", _cross_entropy, operands=("logits", "labels"), options=(AXIS,),
          vjp=_cross_entropy_vjp,
-         doc="per-example logsumexp(logits) - logits[label], or -sum(p * log_softmax)")
+         doc="per-example logsumexp(logits) - logits[label], or -sum(p * log_softmax)",
+         jvp=_cross_entropy_jvp, flops=6, index_bound=_label_bound)
 
 
 # ---- bce / bce_with_logits / mse ------------------------------------------------------
@@ -134,11 +181,39 @@ def _bce_with_logits_vjp(b, op, cts):
     return [gz, b.emit("mul", ct, b.emit("neg", z))]
 
 
+def _bce_jvp(b, op, tangents):
+    p, y = op.operands
+    tp, ty = float_tangent(p, tangents[0]), float_tangent(y, tangents[1])
+    parts = []
+    if tp is not None:
+        one_minus_p = b.emit("sub", b.const(1.0, p.type.dtype), p)
+        parts.append(b.emit("div", b.emit("mul", tp, b.emit("sub", p, y)),
+                            b.emit("mul", p, one_minus_p)))
+    if ty is not None:
+        parts.append(b.emit("mul", ty, b.emit("sub", b.emit("log1p", b.emit("neg", p)),
+                                              b.emit("log", p))))
+    return [add_all(b, parts)]
+
+
+def _bce_with_logits_jvp(b, op, tangents):
+    z, y = op.operands
+    tz, ty = float_tangent(z, tangents[0]), float_tangent(y, tangents[1])
+    return [add_all(b, [
+        b.emit("mul", tz, b.emit("sub", b.emit("sigmoid", z), y)) if tz is not None else None,
+        b.emit("mul", ty, b.emit("neg", z)) if ty is not None else None])]
+
+
 register("bce", _binary_float("bce"), operands=("p", "y"), traits=("elementwise",),
-         vjp=_bce_vjp, doc="-(y log p + (1 - y) log(1 - p))")
+         vjp=_bce_vjp, jvp=_bce_jvp, flops=6, doc="-(y log p + (1 - y) log(1 - p))",
+         cuda=expr(lambda w, ct, dt, op, p, y: (
+             f"-({y} * {math_fn('log', ct)}({p}) + ({lit(1.0, ct)} - {y}) * "
+             f"{math_fn('log1p', ct)}(-{p}))")))
 register("bce_with_logits", _binary_float("bce_with_logits"), operands=("z", "y"),
-         traits=("elementwise",), vjp=_bce_with_logits_vjp,
-         doc="max(z, 0) - z y + log1p(exp(-|z|))")
+         traits=("elementwise",), vjp=_bce_with_logits_vjp, jvp=_bce_with_logits_jvp,
+         flops=6, doc="max(z, 0) - z y + log1p(exp(-|z|))",
+         cuda=expr(lambda w, ct, dt, op, z, y: (
+             f"adc_max({z}, {lit(0.0, ct)}) - {z} * {y} + "
+             f"{math_fn('log1p', ct)}({math_fn('exp', ct)}(-{math_fn('fabs', ct)}({z})))")))
 
 
 def _mse(types, attrs):
@@ -154,7 +229,20 @@ def _mse_vjp(b, op, cts):
     return [gx, b.emit("neg", gx)]
 
 
-register("mse", _mse, operands=("a", "b"), vjp=_mse_vjp, doc="mean((a - b) ** 2)")
+def _mse_jvp(b, op, tangents):
+    x, y = op.operands
+    tx, ty = float_tangent(x, tangents[0]), float_tangent(y, tangents[1])
+    if tx is None and ty is None:
+        return [None]
+    dt = tx if ty is None else b.emit("neg", ty) if tx is None else b.emit("sub", tx, ty)
+    d = b.emit("sub", x, y)
+    size = dim_scalar(b, num_elements(d.type.shape), d.type.dtype)
+    total = b.emit("sum", b.emit("mul", d, dt))
+    return [b.emit("div", b.emit("mul", total, b.const(2.0, d.type.dtype)), size)]
+
+
+register("mse", _mse, operands=("a", "b"), vjp=_mse_vjp, jvp=_mse_jvp, flops=3,
+         doc="mean((a - b) ** 2)")
 
 
 # ---- layernorm ------------------------------------------------------------------------
@@ -221,10 +309,36 @@ def _layernorm_vjp(b, op, cts):
     return [gx, ggamma, gbeta]
 
 
+def _layernorm_jvp(b, op, tangents):
+    """y = xhat * gamma + beta with dxhat = rstd * (dx - mean(dx) - xhat * mean(xhat dx))."""
+    x, gamma, beta = op.operands
+    tx, tg, tb = (float_tangent(v, t) for v, t in zip(op.operands, tangents))
+    axis, dtype = normalize_axis(op.attrs["axis"], x.type.rank), x.type.dtype
+
+    def mean(v):
+        return b.emit("mean", v, axis=axis, keepdims=True)
+
+    xc = b.emit("sub", x, mean(x))
+    rstd = b.emit("rsqrt", b.emit("add", mean(b.emit("mul", xc, xc)),
+                                  b.const(float(op.attrs["eps"]), dtype)))
+    xhat = b.emit("mul", xc, rstd)
+    parts = []
+    if tx is not None:
+        proj = b.emit("mul", xhat, mean(b.emit("mul", xhat, tx)))
+        dxhat = b.emit("mul", rstd, b.emit("sub", b.emit("sub", tx, mean(tx)), proj))
+        parts.append(b.emit("mul", dxhat, _placed(b, gamma, x, axis)))
+    if tg is not None:
+        parts.append(b.emit("mul", xhat, _placed(b, tg, x, axis)))
+    if tb is not None:
+        parts.append(_placed(b, tb, x, axis))
+    return [add_all(b, parts)]
+
+
 register("layernorm", _layernorm, operands=("x", "gamma", "beta"),
          options=(AXIS, Option("eps", "float", 1e-5)), vjp=_layernorm_vjp,
          doc="(x - mean) / sqrt(var + eps) * gamma + beta over one axis; a 1-D gamma/beta "
-             "lies along that axis")
+             "lies along that axis",
+         jvp=_layernorm_jvp, flops=8)
 
 
 # ---- take / take_grad / one_hot -------------------------------------------------------
@@ -250,7 +364,9 @@ def _take_vjp(b, op, cts):
 
 
 register("take", _take, operands=("table", "idx"), options=(Option("axis", "int", 0),),
-         traits=("linear",), vjp=_take_vjp, doc="gather along axis")
+         traits=("linear",), vjp=_take_vjp, doc="gather along axis", flops=0,
+         index_bound=lambda op, size: (op.operands[1], size(op.operands[0],
+                                                            op.attrs.get("axis", 0)), False))
 
 
 def _take_grad(types, attrs):
@@ -270,7 +386,7 @@ def _take_grad_vjp(b, op, cts):
 # positions `idx` along `axis` (repeated indices accumulate); take's adjoint.
 register("take_grad", _take_grad, operands=("ct", "idx"),
          options=(Option("axis", "int", 0), Option("shape", "shape")), traits=("linear",),
-         vjp=_take_grad_vjp)
+         vjp=_take_grad_vjp, flops=0)
 
 
 def _one_hot(types, attrs):
@@ -283,13 +399,15 @@ def _one_hot(types, attrs):
 
 register("one_hot", _one_hot, operands=("idx",),
          options=(Option("n", "dim"), Option("dtype", "dtype", "f32")), traits=("no_grad",),
-         doc="idx[..., None] == arange(n); an index outside [0, n) gives a zero row")
+         doc="idx[..., None] == arange(n); an index outside [0, n) gives a zero row", flops=0,
+         index_bound=lambda op, size: (op.operands[0], size(op.attrs["n"]), False))
 
 
 # ---- stop_gradient / cast -------------------------------------------------------------
 
 register("stop_gradient", lambda types, attrs: types[0], traits=("no_grad", "elementwise"),
-         doc="the value of x with zero derivative")
+         doc="the value of x with zero derivative", flops=0,
+         cuda=expr(lambda w, ct, dt, op, a: a))
 
 
 def _cast_vjp(b, op, cts):
@@ -299,133 +417,29 @@ def _cast_vjp(b, op, cts):
     return [b.emit("cast", cts[0], dtype=x.type.dtype)]
 
 
-register("cast", lambda types, attrs: types[0].with_dtype(attrs["dtype"]),
-         options=(Option("dtype", "dtype"),), traits=("elementwise",), vjp=_cast_vjp)
-
-
-# ---- JVP rules ------------------------------------------------------------------------
-# take and take_grad are linear in their float operand (the forward driver applies them to
-# the tangent); one_hot and stop_gradient have zero derivative. The others push the
-# tangents through the same local derivatives as their VJP rules.
-
-
-def _tangent(v, t):
-    return t if t is not None and v.type.is_float else None
-
-
-def _add_all(b, parts):
-    out = None
-    for p in parts:
-        if p is not None:
-            out = p if out is None else b.emit("add", out, p)
-    return out
-
-
-@set_jvp("softmax")
-def _softmax_jvp(b, op, tangents):
-    # the Jacobian diag(y) - y y^T is symmetric: the VJP rule gives the JVP
-    return [None] if tangents[0] is None else _softmax_vjp(b, op, tangents)
-
-
-@set_jvp("log_softmax")
-def _log_softmax_jvp(b, op, tangents):
-    t = tangents[0]
-    if t is None:
-        return [None]
-    p = b.emit("exp", op.result)
-    s = b.emit("sum", b.emit("mul", p, t), axis=op.attrs["axis"], keepdims=True)
-    return [b.emit("sub", t, s)]
-
-
-@set_jvp("cross_entropy")
-def _cross_entropy_jvp(b, op, tangents):
-    z, y = op.operands
-    tz, ty = _tangent(z, tangents[0]), _tangent(y, tangents[1])
-    axis = normalize_axis(op.attrs["axis"], z.type.rank)
-    parts = []
-    if not y.type.is_float:
-        if tz is not None:
-            onehot = b.emit("one_hot", y, n=z.type.shape[axis], dtype=z.type.dtype)
-            gz = b.emit("sub", b.emit("softmax", z, axis=axis), move_last_to(b, onehot, axis))
-            parts.append(b.emit("mul", gz, tz))
-    else:
-        ls = b.emit("log_softmax", z, axis=axis)
-        if tz is not None:
-            mass = b.emit("sum", y, axis=axis, keepdims=True)
-            gz = b.emit("sub", b.emit("mul", b.emit("exp", ls), mass), y)
-            parts.append(b.emit("mul", gz, tz))
-        if ty is not None:
-            parts.append(b.emit("mul", b.emit("neg", ls), ty))
-    total = _add_all(b, parts)
-    return [None if total is None else b.emit("sum", total, axis=axis)]
-
-
-@set_jvp("bce")
-def _bce_jvp(b, op, tangents):
-    p, y = op.operands
-    tp, ty = _tangent(p, tangents[0]), _tangent(y, tangents[1])
-    parts = []
-    if tp is not None:
-        one_minus_p = b.emit("sub", b.const(1.0, p.type.dtype), p)
-        parts.append(b.emit("div", b.emit("mul", tp, b.emit("sub", p, y)),
-                            b.emit("mul", p, one_minus_p)))
-    if ty is not None:
-        parts.append(b.emit("mul", ty, b.emit("sub", b.emit("log1p", b.emit("neg", p)),
-                                              b.emit("log", p))))
-    return [_add_all(b, parts)]
-
-
-@set_jvp("bce_with_logits")
-def _bce_with_logits_jvp(b, op, tangents):
-    z, y = op.operands
-    tz, ty = _tangent(z, tangents[0]), _tangent(y, tangents[1])
-    return [_add_all(b, [
-        b.emit("mul", tz, b.emit("sub", b.emit("sigmoid", z), y)) if tz is not None else None,
-        b.emit("mul", ty, b.emit("neg", z)) if ty is not None else None])]
-
-
-@set_jvp("mse")
-def _mse_jvp(b, op, tangents):
-    x, y = op.operands
-    tx, ty = _tangent(x, tangents[0]), _tangent(y, tangents[1])
-    if tx is None and ty is None:
-        return [None]
-    dt = tx if ty is None else b.emit("neg", ty) if tx is None else b.emit("sub", tx, ty)
-    d = b.emit("sub", x, y)
-    size = dim_scalar(b, num_elements(d.type.shape), d.type.dtype)
-    total = b.emit("sum", b.emit("mul", d, dt))
-    return [b.emit("div", b.emit("mul", total, b.const(2.0, d.type.dtype)), size)]
-
-
-@set_jvp("layernorm")
-def _layernorm_jvp(b, op, tangents):
-    """y = xhat * gamma + beta with dxhat = rstd * (dx - mean(dx) - xhat * mean(xhat dx))."""
-    x, gamma, beta = op.operands
-    tx, tg, tb = (_tangent(v, t) for v, t in zip(op.operands, tangents))
-    axis, dtype = normalize_axis(op.attrs["axis"], x.type.rank), x.type.dtype
-
-    def mean(v):
-        return b.emit("mean", v, axis=axis, keepdims=True)
-
-    xc = b.emit("sub", x, mean(x))
-    rstd = b.emit("rsqrt", b.emit("add", mean(b.emit("mul", xc, xc)),
-                                  b.const(float(op.attrs["eps"]), dtype)))
-    xhat = b.emit("mul", xc, rstd)
-    parts = []
-    if tx is not None:
-        proj = b.emit("mul", xhat, mean(b.emit("mul", xhat, tx)))
-        dxhat = b.emit("mul", rstd, b.emit("sub", b.emit("sub", tx, mean(tx)), proj))
-        parts.append(b.emit("mul", dxhat, _placed(b, gamma, x, axis)))
-    if tg is not None:
-        parts.append(b.emit("mul", xhat, _placed(b, tg, x, axis)))
-    if tb is not None:
-        parts.append(_placed(b, tb, x, axis))
-    return [_add_all(b, parts)]
-
-
-@set_jvp("cast")
 def _cast_jvp(b, op, tangents):
     x, t = op.operands[0], tangents[0]
     if t is None or not (x.type.is_float and op.result.type.is_float):
         return [None]  # to or from integers: the derivative is zero
     return [b.emit("cast", t, dtype=op.result.type.dtype)]
+
+
+def _cast_cuda(w, op):
+    """C's conversion, which is NumPy's rule where NumPy defines one: float to integer
+    truncates toward zero, anything to bool is ``x != 0`` (NaN is true), integers and bools
+    to float round to nearest, and f64 to f16 rounds once (no detour through float). A NaN,
+    an infinity or an out-of-range float cast to an integer is undefined in C and
+    platform-dependent in NumPy (with a warning), so those values may differ."""
+    (x,) = op.operands
+    dtype, src = op.result.type.dtype, COMPUTE[x.type.dtype]
+    if dtype == "bool":
+        if x.type.dtype == "bool":
+            return w.names[x]
+        return w.let(dtype, f"{w.ref(x, src)} != {lit(0, src)}", "bool")
+    # one C conversion from the operand's value (f64 -> f16 without a float detour)
+    return w.let(dtype, w.ref(x, src), src)
+
+
+register("cast", lambda types, attrs: types[0].with_dtype(attrs["dtype"]),
+         options=(Option("dtype", "dtype"),), traits=("elementwise",), vjp=_cast_vjp,
+         jvp=_cast_jvp, flops=0, cuda=_cast_cuda)

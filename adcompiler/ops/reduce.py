@@ -7,9 +7,10 @@ elements tied for the extremum; ``var`` is the population variance (divides by N
 from __future__ import annotations
 
 from ..diagnostics import ShapeError
+from ..emit.c import Reduce
 from ..ir.types import TensorType, normalize_axis, num_elements
 from .create import dim_scalar
-from .registry import Option, register, set_jvp
+from .registry import Option, register
 
 AXIS_OPTIONS = (Option("axis", "axes", None), Option("keepdims", "bool", False))
 
@@ -104,41 +105,6 @@ def _var_vjp(b, op, ct):
     return [b.emit("mul", b.emit("mul", centered, scale), keep_dims(b, ct[0], op))]
 
 
-def _float_only(rule):
-    """Skip the rule for integer operands, which get no cotangent."""
-    return lambda b, op, ct: rule(b, op, ct) if op.operands[0].type.is_float else [None]
-
-
-register("sum", _sum_type, options=AXIS_OPTIONS, traits=("reduction", "linear"),
-         vjp=_float_only(lambda b, op, ct: [expand_back(b, ct[0], op)]))
-register("mean", _reduce("mean", "float"), options=AXIS_OPTIONS,
-         traits=("reduction", "linear"), vjp=_mean_vjp)
-register("max", _reduce("max", "numeric"), options=AXIS_OPTIONS, traits=("reduction",),
-         vjp=_float_only(_extremum_vjp))
-register("min", _reduce("min", "numeric"), options=AXIS_OPTIONS, traits=("reduction",),
-         vjp=_float_only(_extremum_vjp))
-register("logsumexp", _reduce("logsumexp", "float"), options=AXIS_OPTIONS,
-         traits=("reduction",), vjp=_logsumexp_vjp)
-register("var", _reduce("var", "float"), options=AXIS_OPTIONS, traits=("reduction",),
-         vjp=_var_vjp)
-
-
-def _sum_to(types, attrs):
-    return types[0].with_shape(attrs["shape"])
-
-
-# sum_to(x, shape): sum `x` down to `shape` by NumPy broadcasting rules (the inverse of
-# broadcast_to); the reverse driver uses it to unbroadcast cotangents.
-register("sum_to", _sum_to, options=(Option("shape", "shape"),), traits=("reduction", "linear"),
-         vjp=lambda b, op, ct: [b.emit("broadcast_to", ct[0], shape=op.operands[0].type.shape)])
-
-
-# ---- JVP rules -----------------------------------------------------------------------
-# `sum`, `mean` and `sum_to` are linear: the forward driver applies them to the tangent.
-# The others weight the tangent by the same local derivative their VJP spreads the
-# cotangent with, then reduce like the op itself.
-
-
 def _reduce_like(b, op, v):
     return b.emit("sum", v, axis=op.attrs["axis"], keepdims=op.attrs["keepdims"])
 
@@ -170,7 +136,39 @@ def _var_weight(b, op):
     return b.emit("mul", centered, b.emit("div", b.const(2.0, x.type.dtype), count(b, op)))
 
 
-set_jvp("max")(_weighted_jvp(_extremum_weight))
-set_jvp("min")(_weighted_jvp(_extremum_weight))
-set_jvp("logsumexp")(_weighted_jvp(_softmax_weight))
-set_jvp("var")(_weighted_jvp(_var_weight))
+def _float_only(rule):
+    """Skip the rule for integer operands, which get no cotangent."""
+    return lambda b, op, ct: rule(b, op, ct) if op.operands[0].type.is_float else [None]
+
+
+# `sum`, `mean` and `sum_to` are linear: the forward driver applies them to the tangent. The
+# others weight the tangent by the same local derivative their VJP spreads the cotangent
+# with, then reduce like the op itself. FLOPs: one per operand element, unless said.
+register("sum", _sum_type, options=AXIS_OPTIONS, traits=("reduction", "linear"),
+         vjp=_float_only(lambda b, op, ct: [expand_back(b, ct[0], op)]), flops=1,
+         cuda_reduce=Reduce("sum"))
+register("mean", _reduce("mean", "float"), options=AXIS_OPTIONS,
+         traits=("reduction", "linear"), vjp=_mean_vjp, flops=1,
+         cuda_reduce=Reduce("sum", mean=True))
+register("max", _reduce("max", "numeric"), options=AXIS_OPTIONS, traits=("reduction",),
+         vjp=_float_only(_extremum_vjp), jvp=_weighted_jvp(_extremum_weight), flops=1,
+         cuda_reduce=Reduce("max"))
+register("min", _reduce("min", "numeric"), options=AXIS_OPTIONS, traits=("reduction",),
+         vjp=_float_only(_extremum_vjp), jvp=_weighted_jvp(_extremum_weight), flops=1,
+         cuda_reduce=Reduce("min"))
+register("logsumexp", _reduce("logsumexp", "float"), options=AXIS_OPTIONS,
+         traits=("reduction",), vjp=_logsumexp_vjp, jvp=_weighted_jvp(_softmax_weight),
+         flops=4)
+register("var", _reduce("var", "float"), options=AXIS_OPTIONS, traits=("reduction",),
+         vjp=_var_vjp, jvp=_weighted_jvp(_var_weight), flops=3)
+
+
+def _sum_to(types, attrs):
+    return types[0].with_shape(attrs["shape"])
+
+
+# sum_to(x, shape): sum `x` down to `shape` by NumPy broadcasting rules (the inverse of
+# broadcast_to); the reverse driver uses it to unbroadcast cotangents.
+register("sum_to", _sum_to, options=(Option("shape", "shape"),), traits=("reduction", "linear"),
+         vjp=lambda b, op, ct: [b.emit("broadcast_to", ct[0], shape=op.operands[0].type.shape)],
+         flops=1, cuda_reduce=Reduce("sum", to_shape=True))

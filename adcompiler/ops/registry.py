@@ -10,7 +10,20 @@ instead of matching op names:
   cotangent may have the op's broadcast shape: the reverse driver sums it back to the
   operand's shape, so rules never unbroadcast.
 * `jvp(b, op, tangents)` receives one tangent per operand (``None`` is a symbolic zero) and
-  returns one tangent per result. (Filled in by forward mode.)
+  returns one tangent per result.
+* `flops`: FLOPs of one execution. ``None``: one per result element; an int `k`: `k` per
+  element of the first operand (0 for data movement); or ``fn(op, elements)`` where
+  ``elements(shape)`` counts the elements of a shape (`adcompiler.memory.flops`).
+* `cuda`: how a fused CUDA kernel computes the op, ``fn(writer, op) -> local name``
+  (`adcompiler.emit.c`), or ``None``: then fusion leaves the op alone. A reduction that may
+  close a fused group has `cuda_reduce` instead (`adcompiler.emit.c.Reduce`).
+* `index_bound(op, size)`: for an op that takes class labels or indices, the operand that
+  holds them, its exclusive upper bound (via ``size(value, axis)``) and whether a value
+  outside ``[0, bound)`` is an error, else ``None``. `adc run` draws random labels below it.
+
+Whether an op's kernel returns a new array or may return (a view of) an operand is a fact
+of the kernel, declared with it in the runtime's kernel table (``kernel(..., fresh=...)``),
+since the runtime never imports the compiler.
 
 Traits: ``elementwise`` (result broadcasts its operands), ``linear`` (in its float operands),
 ``no_grad`` (derivative zero or undefined: comparisons, rounding, integer ops),
@@ -19,7 +32,6 @@ removed or merged; no op is impure today).
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -53,6 +65,10 @@ class OpDef:
     jvp: Callable | None = None
     doc: str = ""
     positional: tuple[str, ...] | None = None  # TDSL positional order, if not operands+options
+    flops: Any = None
+    cuda: Callable | None = None
+    cuda_reduce: Any = None
+    index_bound: Callable | None = None
 
     @property
     def signature(self) -> tuple[str, ...]:
@@ -90,12 +106,15 @@ REGISTRY: dict[str, OpDef] = {}
 
 
 def register(name: str, infer: Callable, *, operands=("x",), options=(), traits=(),
-             vjp=None, jvp=None, doc: str = "", positional=None) -> OpDef:
-    """Declare an op. Re-registering a name is an error: one op, one place."""
+             vjp=None, jvp=None, doc: str = "", positional=None, flops=None, cuda=None,
+             cuda_reduce=None, index_bound=None) -> OpDef:
+    """Declare an op with every fact about it. Re-registering a name is an error: one op,
+    one place."""
     if name in REGISTRY:
         raise ValueError(f"op {name!r} is already registered")
     d = OpDef(name, infer, tuple(operands), tuple(options), frozenset(traits), vjp, jvp, doc,
-              tuple(positional) if positional else None)
+              tuple(positional) if positional else None, flops, cuda, cuda_reduce,
+              index_bound)
     REGISTRY[name] = d
     return d
 
@@ -105,19 +124,3 @@ def get(name: str) -> OpDef:
         return REGISTRY[name]
     except KeyError:
         raise ShapeError(f"unknown op '{name}'") from None
-
-
-def set_vjp(name: str):
-    """Decorator attaching a VJP rule to an already declared op."""
-    def deco(fn):
-        REGISTRY[name] = dataclasses.replace(REGISTRY[name], vjp=fn)
-        return fn
-    return deco
-
-
-def set_jvp(name: str):
-    """Decorator attaching a JVP rule to an already declared op."""
-    def deco(fn):
-        REGISTRY[name] = dataclasses.replace(REGISTRY[name], jvp=fn)
-        return fn
-    return deco

@@ -33,7 +33,7 @@ def _back_to_operand(b, op, cts):
 
 
 register("reshape", _reshape, options=(Option("shape", "shape"),), traits=LINEAR,
-         vjp=_back_to_operand)
+         vjp=_back_to_operand, flops=0)
 
 
 def _broadcast_to(types, attrs):
@@ -43,8 +43,9 @@ def _broadcast_to(types, attrs):
     return types[0].with_shape(shape)
 
 
+# the VJP passes the cotangent on: the driver's unbroadcast sums it back to the operand
 register("broadcast_to", _broadcast_to, options=(Option("shape", "shape"),), traits=LINEAR,
-         vjp=lambda b, op, ct: [ct[0]])  # the driver's unbroadcast sums back to the operand
+         vjp=lambda b, op, ct: [ct[0]], flops=0)
 
 
 # ---- expand_dims / squeeze ------------------------------------------------------------
@@ -59,7 +60,7 @@ def _expand_dims(types, attrs):
 
 
 register("expand_dims", _expand_dims, options=(Option("axis", "int"),), traits=LINEAR,
-         vjp=_back_to_operand)
+         vjp=_back_to_operand, flops=0)
 
 
 def squeezed_axes(t: TensorType, axis) -> tuple[int, ...]:
@@ -81,7 +82,7 @@ def _squeeze(types, attrs):
 
 
 register("squeeze", _squeeze, options=(Option("axis", "axes", None),), traits=LINEAR,
-         vjp=_back_to_operand)
+         vjp=_back_to_operand, flops=0)
 
 
 # ---- concat / split / stack -----------------------------------------------------------
@@ -115,7 +116,7 @@ def _concat_vjp(b, op, cts):
 
 
 register("concat", _concat, operands=("*xs",), options=(Option("axis", "int", 0),),
-         traits=LINEAR, vjp=_concat_vjp)
+         traits=LINEAR, vjp=_concat_vjp, flops=0)
 
 
 def _split(types, attrs):
@@ -139,7 +140,7 @@ def _split_vjp(b, op, cts):
 # split(x; axis, shape): the pieces of `x` along `axis`, whose extents are listed in `shape`
 # (so the executor resolves symbolic extents as it does every `shape`); concat's adjoint.
 register("split", _split, options=(Option("axis", "int"), Option("shape", "shape")),
-         traits=LINEAR, vjp=_split_vjp)
+         traits=LINEAR, vjp=_split_vjp, flops=0)
 
 
 def _stack(types, attrs):
@@ -159,7 +160,7 @@ def _stack_vjp(b, op, cts):
 
 
 register("stack", _stack, operands=("*xs",), options=(Option("axis", "int", 0),),
-         traits=LINEAR, vjp=_stack_vjp)
+         traits=LINEAR, vjp=_stack_vjp, flops=0)
 
 
 # ---- index / index_grad ---------------------------------------------------------------
@@ -241,7 +242,7 @@ def _index_vjp(b, op, cts):
 
 register("index", _index, operands=("x", "*dyn"), options=(Option("idx", "idx"),),
          traits=LINEAR, vjp=_index_vjp,
-         doc="x[...]: entries int (drops an axis), [start, stop, step], '?' (next dyn)")
+         doc="x[...]: entries int (drops an axis), [start, stop, step], '?' (next dyn)", flops=0)
 
 
 def _index_grad(types, attrs):
@@ -262,4 +263,4 @@ def _index_grad_vjp(b, op, cts):
 # of `index` (basic indexing selects each element at most once, so writing is enough).
 register("index_grad", _index_grad, operands=("ct", "*dyn"),
          options=(Option("idx", "idx"), Option("shape", "shape")), traits=LINEAR,
-         vjp=_index_grad_vjp)
+         vjp=_index_grad_vjp, flops=0)

@@ -16,7 +16,7 @@ op computes exactly what the unfused ops computed; the CUDA emitter turns the re
 one ``cupy.ElementwiseKernel``.
 
 Grouping, per block (function bodies and loop bodies, each on its own), in block order: an
-op with the ``elementwise`` trait joins the groups of the elementwise ops that produce its
+op with a CUDA formula (`OpDef.cuda`) joins the groups of the elementwise ops that produce its
 operands when the union stays
 
 * convex: no path leaves the group and comes back into it through an outside op (the group
@@ -29,8 +29,9 @@ operands when the union stays
   fusion never lengthens a live range by hoisting (say) an adjoint op into the forward
   sweep, where its result would be held until the reverse sweep reads it.
 
-A reduction closes a group. A reduction op (`CLOSERS`: ``sum``, ``mean``, ``max``,
-``min`` over ``axis`` with ``keepdims``, and ``sum_to``, the adjoint's unbroadcast) joins
+A reduction closes a group. A reduction op with ``cuda_reduce`` facts (``sum``, ``mean``,
+``max``, ``min`` over ``axis`` with ``keepdims``, and ``sum_to``, the adjoint's
+unbroadcast) joins
 the group that produces its operand as its last member when
 
 * its operand has rank 1 or more and the group's full broadcast shape (the kernel maps
@@ -62,21 +63,23 @@ from .clone import clone_op
 from .pipeline import FunctionPass, register_pass
 
 FUSED = "fused"
-# reductions that may close a group of elementwise ops (see the module doc)
-CLOSERS = ("sum", "mean", "max", "min", "sum_to")
 
 
 def fusable(op: Op) -> bool:
-    """An op that a generated elementwise kernel can compute."""
-    if op.regions or len(op.results) != 1 or op.name not in registry.REGISTRY:
-        return False
-    return registry.get(op.name).has("elementwise")
+    """An op that a generated elementwise kernel can compute: one with a CUDA formula and
+    operands (a constant is copied into the group instead)."""
+    opdef = registry.REGISTRY.get(op.name)
+    return (opdef is not None and opdef.cuda is not None and not op.regions
+            and len(op.results) == 1 and bool(op.operands))
 
 
 def closes(op: Op) -> bool:
-    """A reduction that may end a group (its operand produced inside the group)."""
-    return (op.name in CLOSERS and not op.regions and len(op.operands) == 1
-            and len(op.results) == 1 and op.operands[0].type.rank > 0)
+    """A reduction that may end a group (its operand produced inside the group): one with
+    ``cuda_reduce`` facts."""
+    opdef = registry.REGISTRY.get(op.name)
+    return (opdef is not None and opdef.cuda_reduce is not None and not op.regions
+            and len(op.operands) == 1 and len(op.results) == 1
+            and op.operands[0].type.rank > 0)
 
 
 def _is_const(v: Value) -> bool:

@@ -21,22 +21,31 @@ from __future__ import annotations
 from typing import Callable
 
 KERNELS: dict[str, Callable] = {}
+# op name -> whether its kernel always returns a new array, never an operand or a view of
+# one (NumPy and CuPy alike): True, False, or ``fn(op) -> bool`` deciding per IR op
+FRESH: dict[str, object] = {}
 
 
 OUT_KERNELS: dict[str, Callable] = {}
+# op name -> whether its kernel always returns a new array, never an operand or a view of
+# one (NumPy and CuPy alike): True, False, or ``fn(op) -> bool`` deciding per IR op
+FRESH: dict[str, object] = {}
 OUT_RULES: dict[str, str] = {}
 # the in-place forms that are one elementwise ufunc: each element is read before the same
 # element of ``out`` is written, so ``out`` may be one of the operands
 ELEMENTWISE_OUT: set[str] = set()
 
 
-def kernel(*names: str):
-    """Register `fn` as the kernel of each op in `names`."""
+def kernel(*names: str, fresh=False):
+    """Register `fn` as the kernel of each op in `names`. `fresh`: whether it always returns
+    a new array (see `FRESH`); the default, False, lets buffer planning assume the result
+    may share memory with any operand, which is always safe."""
     def deco(fn):
         for n in names:
             if n in KERNELS:
                 raise ValueError(f"kernel {n!r} is already registered")
             KERNELS[n] = fn
+            FRESH[n] = fresh
         return fn
     return deco
 

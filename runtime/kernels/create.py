@@ -2,42 +2,42 @@
 from . import DTYPES, kernel, out_kernel
 
 
-@kernel("const")
+@kernel("const", fresh=True)
 def const(xp, value, dtype):
     return xp.asarray(value, dtype=DTYPES[dtype])
 
 
-@kernel("zeros")
+@kernel("zeros", fresh=True)
 def zeros(xp, shape, dtype):
     return xp.zeros(tuple(shape), dtype=DTYPES[dtype])
 
 
-@kernel("ones")
+@kernel("ones", fresh=True)
 def ones(xp, shape, dtype):
     return xp.ones(tuple(shape), dtype=DTYPES[dtype])
 
 
-@kernel("full")
+@kernel("full", fresh=True)
 def full(xp, shape, value, dtype):
     return xp.full(tuple(shape), value, dtype=DTYPES[dtype])
 
 
-@kernel("zeros_like")
+@kernel("zeros_like", fresh=True)
 def zeros_like(xp, x):
     return xp.zeros_like(x)
 
 
-@kernel("ones_like")
+@kernel("ones_like", fresh=True)
 def ones_like(xp, x):
     return xp.ones_like(x)
 
 
-@kernel("arange")
+@kernel("arange", fresh=True)
 def arange(xp, n, dtype="i64"):
     return xp.arange(n, dtype=DTYPES[dtype])
 
 
-@kernel("dim_value")
+@kernel("dim_value", fresh=True)
 def dim_value(xp, n, dtype="f32"):
     return xp.asarray(n, dtype=DTYPES[dtype])
 

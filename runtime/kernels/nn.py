@@ -16,18 +16,18 @@ def _log_softmax(xp, x, axis):
     return s - xp.log(xp.sum(xp.exp(s), axis=axis, keepdims=True))
 
 
-@kernel("softmax")
+@kernel("softmax", fresh=True)
 def softmax(xp, x, axis=-1):
     e = xp.exp(_shifted(xp, x, axis))
     return e / xp.sum(e, axis=axis, keepdims=True)
 
 
-@kernel("log_softmax")
+@kernel("log_softmax", fresh=True)
 def log_softmax(xp, x, axis=-1):
     return _log_softmax(xp, x, axis)
 
 
-@kernel("cross_entropy")
+@kernel("cross_entropy", fresh=True)
 def cross_entropy(xp, logits, labels, axis=-1):
     ls = _log_softmax(xp, logits, axis)
     if labels.dtype.kind == "f":
@@ -36,23 +36,23 @@ def cross_entropy(xp, logits, labels, axis=-1):
     return -xp.squeeze(picked, axis=axis)
 
 
-@kernel("bce")
+@kernel("bce", fresh=True)
 def bce(xp, p, y):
     return -(y * xp.log(p) + (1 - y) * xp.log1p(-p))
 
 
-@kernel("bce_with_logits")
+@kernel("bce_with_logits", fresh=True)
 def bce_with_logits(xp, z, y):
     return xp.maximum(z, 0) - z * y + xp.log1p(xp.exp(-xp.abs(z)))
 
 
-@kernel("mse")
+@kernel("mse", fresh=True)
 def mse(xp, a, b):
     d = a - b
     return xp.mean(d * d)
 
 
-@kernel("layernorm")
+@kernel("layernorm", fresh=True)
 def layernorm(xp, x, gamma, beta, axis=-1, eps=1e-5):
     axis = axis % x.ndim
     xc = x - xp.mean(x, axis=axis, keepdims=True)
@@ -68,12 +68,12 @@ def _placed(xp, p, x, axis):
     return p
 
 
-@kernel("take")
+@kernel("take", fresh=True)
 def take(xp, table, idx, axis=0):
     return xp.take(table, idx, axis=axis)
 
 
-@kernel("take_grad")
+@kernel("take_grad", fresh=True)
 def take_grad(xp, ct, idx, axis, shape):
     return take_grad_out(xp, ct, idx, out=xp.empty(tuple(shape), dtype=ct.dtype), axis=axis)
 
@@ -95,7 +95,7 @@ def take_grad_out(xp, ct, idx, out, axis, shape=None):
     return out
 
 
-@kernel("one_hot")
+@kernel("one_hot", fresh=True)
 def one_hot(xp, idx, n, dtype="f32"):
     return (xp.expand_dims(idx, -1) == xp.arange(n)).astype(DTYPES[dtype])
 
@@ -105,6 +105,6 @@ def stop_gradient(xp, x):
     return x
 
 
-@kernel("cast")
+@kernel("cast", fresh=True)
 def cast(xp, x, dtype):
     return x.astype(DTYPES[dtype])
