@@ -88,6 +88,9 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     # errors
     "AdcError": ("adcompiler.diagnostics", "AdcError"),
     "ShapeError": ("adcompiler.diagnostics", "ShapeError"),
+    "RunError": ("adcompiler.diagnostics", "RunError"),
+    "UnboundDimError": ("adcompiler.diagnostics", "UnboundDimError"),
+    "PluginError": ("adcompiler.plugins", "PluginError"),
     "Loc": ("adcompiler.diagnostics", "Loc"),
 }
 
@@ -120,7 +123,7 @@ if TYPE_CHECKING:  # static view of the lazy names above, for type checkers and 
     from . import optim
     from .compiled_step import CompiledStep, train_step
     from .passes.train_step import TrainStep
-    from .diagnostics import AdcError, Loc, ShapeError
+    from .diagnostics import AdcError, Loc, RunError, ShapeError, UnboundDimError
     from .emit.dot import emit_dot
     from .emit.python import emit_python
     from .frontend import compile_file, compile_source
@@ -143,4 +146,4 @@ if TYPE_CHECKING:  # static view of the lazy names above, for type checkers and 
     from .passes.remat import Remat
     from .passes.reverse import Reverse
     from .passes.scan_inputs import ScanInputs
-    from .plugins import load_plugins, register_op
+    from .plugins import PluginError, load_plugins, register_op

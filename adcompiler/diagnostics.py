@@ -1,11 +1,15 @@
 """Source locations and user-facing errors.
 
-Every error a user's program or data can cause is an `AdcError`; the CLI renders it as
-``FILE:LINE:COL: error: MESSAGE`` followed by the source line and a caret.
+Every error a user's program or data can cause is an `AdcError` (the hierarchy is listed in
+`adc_runtime.errors`); the CLI renders it as ``FILE:LINE:COL: error: MESSAGE`` followed by
+the source line and a caret.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+# the root of the hierarchy lives in the runtime, so that its RunError is an AdcError too
+from adc_runtime.errors import AdcError, RunError, UnboundDimError  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -18,21 +22,6 @@ class Loc:
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}:{self.col}"
-
-
-class AdcError(Exception):
-    """An error in a user's program, data or options (never an internal bug)."""
-
-    def __init__(self, message: str, loc: Loc | None = None):
-        super().__init__(message)
-        self.message = message
-        self.loc = loc
-
-    def with_loc(self, loc: Loc | None) -> "AdcError":
-        """Attach `loc` unless the error already carries a location."""
-        if self.loc is None and loc is not None:
-            self.loc = loc
-        return self
 
 
 class ShapeError(AdcError):

@@ -2,4 +2,12 @@
 
 It depends on NumPy (or CuPy) only, so that emitted Python programs need nothing else.
 """
-from .kernels import KERNELS, kernel  # noqa: F401
+from .errors import AdcError, RunError, UnboundDimError  # noqa: F401  (no NumPy)
+
+
+def __getattr__(name: str):
+    """`KERNELS` and `kernel` on first use: importing the errors alone stays cheap."""
+    if name in ("KERNELS", "kernel"):
+        from . import kernels
+        return getattr(kernels, name)
+    raise AttributeError(f"module 'adc_runtime' has no attribute {name!r}")

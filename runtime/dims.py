@@ -6,11 +6,14 @@ from __future__ import annotations
 import re
 from typing import Mapping
 
+from .errors import UnboundDimError
+
 _TERM = re.compile(r"\s*([+-]?)\s*([^+-]+)")
 
 
 def eval_dim(d, dims: Mapping[str, int]) -> int:
-    """The value of `d` (an int or a polynomial string); KeyError names an unbound symbol."""
+    """The value of `d` (an int or a polynomial string); `UnboundDimError` (a KeyError)
+    names an unbound symbol."""
     if isinstance(d, int):
         return d
     total = 0
@@ -18,7 +21,12 @@ def eval_dim(d, dims: Mapping[str, int]) -> int:
         value = -1 if sign == "-" else 1
         for factor in term.split("*"):
             factor = factor.strip()
-            value *= int(factor) if factor.isdigit() else dims[factor]
+            if factor.isdigit():
+                value *= int(factor)
+            elif factor in dims:
+                value *= dims[factor]
+            else:
+                raise UnboundDimError(factor)
         total += value
     return total
 

@@ -15,6 +15,8 @@ from typing import Any, Mapping
 import numpy
 
 from .dims import eval_dim, symbolic_slice
+from .inputs import convert_input
+from .errors import RunError, UnboundDimError  # noqa: F401  (raised here, imported from here)
 from .buffers import donations, plan_block, value_nbytes
 from .kernels import DTYPES, ELEMENTWISE_OUT, KERNELS, OUT_KERNELS, OUT_RULES
 from .liveness import last_uses  # noqa: F401  (the compiler's memory model reads it here)
@@ -23,21 +25,9 @@ SHAPE_ATTRS = ("shape", "n")  # attributes that may hold symbolic dimensions
 ANNOTATION_ATTRS = ("recompute",)  # marks for readers of the IR, not kernel options
 
 
-class RunError(Exception):
-    """A problem with the data given to a run (bad input names, shapes or bindings, or
-    values an op cannot take); `loc` is the source location of the op, when known."""
-
-    def __init__(self, message: str, loc=None):
-        super().__init__(message)
-        self.loc = loc
-
-
 def resolve_dim(d, dims: Mapping[str, int]) -> int:
-    try:
-        return eval_dim(d, dims)
-    except KeyError as e:
-        s = e.args[0]
-        raise RunError(f"symbolic dimension '{s}' is not bound (use --bind {s}=N)") from None
+    """`eval_dim`: an unbound symbol raises `UnboundDimError`, a `RunError`."""
+    return eval_dim(d, dims)
 
 
 def _is_symbol(d) -> bool:
@@ -342,7 +332,8 @@ class Runner:
         missing = [a.name for a in fn.args if a.name not in inputs]
         if missing:
             raise RunError(f"missing input '{missing[0]}'")
-        arrays = [self.xp.asarray(inputs[a.name], dtype=DTYPES[a.type.dtype]) for a in fn.args]
+        arrays = [convert_input(a.name, inputs[a.name], a.type.dtype, str(a.type), self.xp)
+                  for a in fn.args]
         bound = bind_dims(fn, arrays, dims)
         key = tuple(sorted(bound.items()))
         ex = self._executors.pop(key, None) or self.make_executor(bound)

@@ -154,14 +154,6 @@ def _render(err: AdcError) -> str:
     return render(err, read_source(err.loc.file) if err.loc else None)
 
 
-def _run_error_types() -> tuple:
-    try:
-        from adc_runtime.executor import RunError
-        return (RunError,)
-    except ImportError:
-        return ()
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the ``adc`` command line; returns the exit status (argparse exits 2 itself)."""
     parser = build_parser()
@@ -178,11 +170,6 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except AdcError as e:
         print(_render(e), file=sys.stderr)
-        if debug:
-            traceback.print_exc()
-        return 1
-    except _run_error_types() as e:
-        print(_render(AdcError(str(e), getattr(e, "loc", None))), file=sys.stderr)
         if debug:
             traceback.print_exc()
         return 1

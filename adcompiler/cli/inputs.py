@@ -58,22 +58,13 @@ def load_data(path: str) -> dict[str, tuple[np.ndarray, bool]]:
 
 
 def _convert(name: str, arr: np.ndarray, from_json: bool, t: TensorType, path: str):
-    declared = np.dtype(NUMPY_DTYPE[t.dtype])
-    kind = arr.dtype.kind
-    if declared.kind == "f" and (kind == "f" or (from_json and kind in "iu")):
-        return arr.astype(declared)
-    if from_json and declared.kind in "iu" and kind == "f" and np.all(np.mod(arr, 1) == 0):
-        kind = "i"  # JSON writes 2.0 for some integers
-    if declared.kind in "iu" and kind in "iu" and (from_json or arr.dtype == declared):
-        if from_json and not np.array_equal(arr.astype(declared), arr):
-            raise AdcError(f"{path}: input '{name}' does not fit in {t.dtype}")
-        return arr.astype(declared)
-    if declared.kind == "b" and kind == "b":
-        return arr
-    if from_json and declared.kind in "iu" and kind == "f":
-        raise AdcError(f"{path}: input '{name}' is declared {t} but holds non-integer "
-                       "numbers")
-    raise AdcError(f"{path}: input '{name}' is declared {t} but the data is {arr.dtype}")
+    """The library's rule (`adc_runtime.inputs`): JSON numbers are untyped, .npz typed."""
+    from adc_runtime.errors import RunError
+    from adc_runtime.inputs import convert_input
+    try:
+        return convert_input(name, arr, t.dtype, str(t), np, typed=not from_json)
+    except RunError as e:
+        raise AdcError(f"{path}: {e.message}") from None
 
 
 class DimBinder:

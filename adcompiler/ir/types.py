@@ -203,9 +203,14 @@ def num_elements(shape) -> Dim:
 
 
 def resolve_dim(d: Dim, env: Mapping[str, int]) -> int:
-    """The integer value of `d` given bindings of its symbols (KeyError when one is unbound)."""
+    """The integer value of `d` given bindings of its symbols; `UnboundDimError` (an
+    `AdcError` and a KeyError) names a symbol that has no binding."""
     if isinstance(d, int):
         return d
+    missing = [s for k, _ in _parse_poly(d) for s in k if s not in env]
+    if missing:
+        from adc_runtime.errors import UnboundDimError
+        raise UnboundDimError(missing[0])
     return sum(c * math.prod(env[s] for s in k) for k, c in _parse_poly(d))
 
 

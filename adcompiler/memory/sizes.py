@@ -34,11 +34,7 @@ def format_bytes(n: int) -> str:
 
 
 def type_bytes(t: TensorType, dims: Mapping[str, int]) -> int:
-    try:
-        return DTYPE_BYTES[t.dtype] * math.prod(resolve_dim(d, dims) for d in t.shape)
-    except KeyError as e:
-        raise AdcError(f"symbolic dimension {e} is not bound (use --bind {e.args[0]}=N)") \
-            from None
+    return DTYPE_BYTES[t.dtype] * math.prod(resolve_dim(d, dims) for d in t.shape)
 
 
 def value_bytes(v: Value, dims: Mapping[str, int]) -> int:

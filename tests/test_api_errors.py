@@ -1,0 +1,66 @@
+"""One exception hierarchy under `AdcError`, every class exported, and the same input rules
+for the library's callables and the ``adc`` command."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import adcompiler as adc
+from adcompiler.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+MLP = str(ROOT / "samples" / "mlp.tdsl")
+LABELED = """
+def f(param x: f64[3], labels: i64[3]) -> f64 {
+    return sum(x * cast(labels, f64))
+}
+"""
+
+
+@pytest.mark.parametrize("name", ["ShapeError", "VerifyError", "PluginError", "RunError",
+                                  "UnboundDimError"])
+def test_every_error_is_exported_under_adc_error(name):
+    cls = getattr(adc, name)
+    assert name in adc.__all__ and issubclass(cls, adc.AdcError) and cls is not adc.AdcError
+
+
+def test_run_errors_are_adc_errors_with_a_location():
+    src = "def f(x: f64[2]) -> f64 {\n    return max(x[0:0])\n}\n"
+    with pytest.raises(adc.RunError) as e:
+        adc.run(src, x=np.ones(2))
+    assert isinstance(e.value, adc.AdcError) and e.value.loc.line == 2
+
+
+def test_an_unbound_dimension_is_a_named_error():
+    src = "def f(param x: f64[3]) -> f64[T] {\n    return zeros([T], dtype=f64) + sum(x)\n}\n"
+    for call in (lambda: adc.run(src, x=np.ones(3)), lambda: adc.function(src)(np.ones(3))):
+        with pytest.raises(adc.UnboundDimError, match="dimension 'T' is not bound") as e:
+            call()
+        assert isinstance(e.value, adc.AdcError) and e.value.dim == "T"
+    np.testing.assert_array_equal(adc.run(src, x=np.ones(3), dims={"T": 2})[0], [3.0, 3.0])
+
+
+def test_float_labels_are_rejected_not_truncated():
+    f = adc.function(LABELED)
+    with pytest.raises(adc.RunError, match=r"input 'labels' is declared i64\[3\] but the "
+                                           r"data is float64"):
+        f(np.ones(3), np.array([0.7, 1.2, 2.9]))
+    with pytest.raises(adc.RunError, match="holds non-integer numbers"):
+        f(np.ones(3), [0.5, 1.0, 2.0])
+    assert f(np.ones(3), [0.0, 1.0, 2.0]) == 3.0          # untyped whole numbers are fine
+
+
+def test_int32_labels_are_accepted_by_library_and_cli(tmp_path, capsys):
+    f = adc.function(LABELED)
+    assert f(np.ones(3), np.array([0, 1, 2], np.int32)) == 3.0
+    with pytest.raises(adc.RunError, match="does not fit in i32"):
+        adc.run("def g(k: i32) -> i32 {\n    return k\n}\n", k=np.int64(2**40))
+    data = json.loads((ROOT / "samples" / "mlp.json").read_text())
+    arrays = {k: np.asarray(v, dtype=np.int32 if k == "labels" else np.float32)
+              for k, v in data.items()}
+    np.savez(tmp_path / "m.npz", **arrays)
+    assert main(["run", MLP, "--inputs", str(tmp_path / "m.npz"), "--out",
+                 str(tmp_path / "o.npz")]) == 0
+    expected = adc.value_and_grad(MLP)(**data)[0]
+    np.testing.assert_allclose(np.load(tmp_path / "o.npz")["out"], expected, rtol=1e-6)
