@@ -5,11 +5,17 @@
 
 The callables returned by `function`, `grad`, `value_and_grad`, `vjp`, `jvp` and `hvp` are
 `Compiled` objects: they keep the compiled module (``.module``, for printing or emitting)
-and accept inputs by position (in the function's input order) or by name.
+and accept inputs by position (in the function's input order) or by name, or a dict of
+parameters (``params={...}``, or first by position) whose gradients then come back as a dict.
+
+The semantics are explicit, as in JAX: `grad` and `value_and_grad` differentiate a scalar
+float result (with ``has_aux=True``: the first result, the others returned beside the
+gradient), anything else is an error that names the result; `vjp` differentiates any result
+along a given cotangent.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, Union
 
 from .api import DEFAULT_PASSES, FunctionBuilder, Source, load, runner
 from .diagnostics import AdcError
@@ -17,21 +23,29 @@ from .ir.core import Function, Module
 
 __all__ = ["function", "grad", "value_and_grad", "vjp", "jvp", "hvp", "Compiled"]
 
+Wrt = Union[str, Sequence[str], None]
+FLOAT_DTYPES = ("f16", "f32", "f64", "bf16")
+
 
 # ---- the convenience layer: compiled once, called many times --------------------------
 
 class Compiled:
     """A compiled function of `module`, callable with positional or named arrays.
 
-    `finish` turns the list of raw outputs into what the call returns.
+    `finish(outputs, named_inputs)` turns the list of raw outputs into what the call
+    returns. `variant(names)`, when given, compiles the same transform differentiating the
+    inputs `names`: a call with a dict of parameters uses it, and gets a dict back.
     """
 
     def __init__(self, module: Module, fn_name: str, inputs: Sequence[str],
                  finish: Callable[[list, dict], Any], device: str = "cpu",
-                 dims: Mapping[str, int] | None = None):
+                 dims: Mapping[str, int] | None = None, dtype: str | None = None):
         self.module, self.fn_name, self.inputs = module, fn_name, list(inputs)
         self.device, self.dims, self._finish = device, dict(dims or {}), finish
+        self.dtype = dtype
         self._runner = None  # made on the first call; keeps executors for later ones
+        self.variant: Callable[[tuple], "Compiled"] | None = None
+        self._variants: dict[tuple, Compiled] = {}
 
     def bind(self, args: tuple, kwargs: dict) -> dict:
         """Positional and keyword arguments -> named inputs, checked like a Python call."""
@@ -54,14 +68,72 @@ class Compiled:
     def call(self, named: Mapping[str, Any]) -> list:
         if self._runner is None:
             self._runner = runner(self.module, self.fn_name, self.device)
-        return list(self._runner(named, self.dims)[0])
+        outs = list(self._runner(named, self.dims)[0])
+        return _to_bf16(outs) if self.dtype == "bf16" else outs
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        named = self.bind(args, kwargs)
-        return self._finish(self.call(named), named)
+        params = None
+        if "params" in kwargs and "params" not in self.inputs:
+            params = kwargs.pop("params")
+        elif args and isinstance(args[0], Mapping):
+            params, args = args[0], args[1:]
+        if params is None:
+            named = self.bind(args, kwargs)
+            return self._finish(self.call(named), named)
+        return self._call_with_params(dict(params), args, kwargs)
+
+    def _call_with_params(self, params: dict, args: tuple, kwargs: dict) -> Any:
+        """Inputs from the dict `params` and the rest; a transform built without an explicit
+        `wrt` differentiates the dict's entries and returns their gradients as a dict."""
+        for k in params:
+            if k not in self.inputs:
+                raise TypeError(f"{self.fn_name}() has no input {k!r} (params)")
+        rest = [k for k in self.inputs if k not in params]
+        if len(args) > len(rest):
+            raise TypeError(f"{self.fn_name}() takes {len(rest)} inputs besides params, "
+                            f"got {len(args)}")
+        positional = dict(zip(rest, args))
+        target = self
+        if self.variant is not None:
+            names = tuple(k for k in self.inputs if k in params)
+            if names not in self._variants:
+                self._variants[names] = self.variant(names)
+            target = self._variants[names]
+        named = target.bind((), {**positional, **kwargs, **params})
+        return target._finish(target.call(named), named)
 
     def __repr__(self) -> str:
         return f"<Compiled {self.fn_name}({', '.join(self.inputs)})>"
+
+
+def _to_bf16(outs: list) -> list:
+    bf16 = _bfloat16()
+    return [o.astype(bf16) if o.dtype.kind == "f" else o for o in outs]
+
+
+def _bfloat16():
+    try:
+        import ml_dtypes
+    except ImportError:
+        raise AdcError("dtype='bf16' needs the ml_dtypes package "
+                       "(pip install 'adcompiler[bf16]')") from None
+    return ml_dtypes.bfloat16
+
+
+# ---- what to differentiate and how results are shaped ---------------------------------
+
+class Shape:
+    """How a list of per-input arrays is returned: one array, a tuple, or a dict."""
+
+    def __init__(self, names: list[str], style: str):
+        self.names, self.style = names, style   # style: "one", "tuple" or "dict"
+
+    def pack(self, values: list):
+        if self.style == "one":
+            return values[0]
+        if self.style == "dict":
+            return dict(zip(self.names, values))
+        return tuple(values)
 
 
 def _one_or_tuple(values: list, single: bool):
@@ -74,92 +146,189 @@ def _default_wrt(fn: Function) -> list[str]:
     return [n for n in floats if n in fn.params] or floats
 
 
-def _wrt_names(fn: Function, wrt: str | Sequence[str] | None) -> tuple[list[str], bool]:
+def _wrt_shape(fn: Function, wrt, argnums=None) -> Shape:
+    """`wrt` (a name or names) or `argnums` (an input position or positions) as a `Shape`;
+    neither: the default inputs, as a tuple."""
+    if wrt is not None and argnums is not None:
+        raise TypeError("give wrt= or argnums=, not both")
+    if argnums is not None:
+        n = len(fn.args)
+        single = isinstance(argnums, int)
+        nums = [argnums] if single else list(argnums)
+        for i in nums:
+            if not isinstance(i, int) or not -n <= i < n:
+                raise TypeError(f"argnums: {i!r} is not an input position of "
+                                f"'{fn.name}', which takes {n} inputs")
+        wrt = fn.arg_names[nums[0]] if single else [fn.arg_names[i] for i in nums]
     if isinstance(wrt, str):
-        return [wrt], True
+        return Shape([wrt], "one")
     names = list(wrt) if wrt is not None else _default_wrt(fn)
     if not names:
         raise AdcError(f"'{fn.name}' has no float inputs to differentiate")
-    return names, False
+    return Shape(names, "tuple")
 
 
-def _around(passes: str, derive) -> list:
-    """`passes`, then `derive` (a derivative pass) after ``scan-inputs``, then `passes`:
-    loops scan the stacked values they read as ``X[i]`` before they are differentiated."""
-    from .passes.pipeline import parse_pipeline
-    from .passes.scan_inputs import ScanInputs
-    return [*parse_pipeline(passes), ScanInputs(), derive, *parse_pipeline(passes)]
+def result_label(fn: Function, k: int) -> str:
+    """How a result is named in messages: its name in the program, else its position."""
+    name = fn.returned[k].name if fn.body.ops else None
+    if name and name.isidentifier():
+        return f"'{name}'"
+    return f"result {k}" if len(fn.result_types) > 1 else "its result"
 
 
-def _reverse(module: Module, fn: str, wrt: list[str], passes: str) -> Module:
-    from .passes.pipeline import run_pipeline
-    from .passes.reverse import Reverse
-    return run_pipeline(module, _around(passes, Reverse(wrt=tuple(wrt), fn=fn)))
+def require_scalar(fn: Function, what: str, has_aux: bool = False) -> None:
+    """`what` (``grad``, ...) differentiates one scalar float result of `fn`: the only one,
+    or the first with `has_aux`. Anything else is an error naming the result and type."""
+    types = fn.result_types
+    listing = ", ".join(f"{result_label(fn, k)}: {t}" for k, t in enumerate(types))
+    if has_aux and len(types) < 2:
+        raise AdcError(f"{what}(has_aux=True) needs '{fn.name}' to return (value, aux, ...), "
+                       f"but it returns one result ({listing})")
+    if not has_aux and len(types) != 1:
+        raise AdcError(f"{what} needs one scalar float result, but '{fn.name}' returns "
+                       f"{len(types)} ({listing}); pass has_aux=True to differentiate the "
+                       "first and return the others beside the gradient, or use vjp")
+    t = types[0]
+    if not (t.is_float and t.shape == ()):
+        raise AdcError(f"{what} needs a scalar float result, but {result_label(fn, 0)} of "
+                       f"'{fn.name}' is {t}; use vjp (or jacrev) for a non-scalar result, "
+                       "or reduce it in the program (sum, mean)")
 
 
-def _primal(program: Source, fn: str | None) -> tuple[Module, Function]:
+# ---- compiling ------------------------------------------------------------------------
+
+def _prepare(program: Source, fn: str | None, dtype: str | None) -> tuple[Module, Function]:
+    """The module (a copy with every float type made `dtype`, when given) and `fn`."""
     module = load(program)
     name = fn or module.main.name
     if name not in module:
         raise AdcError(f"no function '{name}' (functions: {', '.join(module.functions)})")
+    if dtype is not None:
+        if dtype not in FLOAT_DTYPES:
+            raise AdcError(f"dtype must be one of {', '.join(FLOAT_DTYPES)}, got {dtype!r}")
+        from .cli.dtype import to_dtype
+        from .passes.clone import clone_module
+        module = to_dtype(clone_module(module), "f32" if dtype == "bf16" else dtype)
     return module, module[name]
 
 
+def _around(passes: str, derive, after=()) -> list:
+    """`passes`, then `derive` (a derivative pass) after ``scan-inputs``, then `passes`:
+    loops scan the stacked values they read as ``X[i]`` before they are differentiated."""
+    from .passes.pipeline import parse_pipeline
+    from .passes.scan_inputs import ScanInputs
+    return [*parse_pipeline(passes), ScanInputs(), derive, *parse_pipeline(passes), *after]
+
+
+def _remat_passes(remat: str | None, fn: str, dims: Mapping[str, int] | None) -> list:
+    if remat is None or remat == "none":
+        return []
+    from .passes.remat import Remat
+    return [Remat(policy=remat, fn=fn, bind=tuple(f"{k}={v}" for k, v in (dims or {}).items()))]
+
+
+def _no_remat(remat: str | None, what: str) -> None:
+    if remat not in (None, "none"):
+        raise AdcError(f"remat= applies to transforms with a reverse sweep (grad, "
+                       f"value_and_grad, vjp, jacrev); {what} has none")
+
+
+def _reverse(module: Module, fn: str, wrt: list[str], passes: str, seed=(), remat=None,
+             dims=None) -> Module:
+    from .passes.pipeline import run_pipeline
+    from .passes.reverse import Reverse
+    derive = Reverse(wrt=tuple(wrt), fn=fn, seed=tuple(seed))
+    return run_pipeline(module, _around(passes, derive, _remat_passes(remat, fn + "_grad",
+                                                                       dims)))
+
+
 def function(program: Source, fn: str | None = None, *, passes: str = DEFAULT_PASSES,
-             device: str = "cpu", dims: Mapping[str, int] | None = None) -> Compiled:
+             remat: str | None = None, dtype: str | None = None, device: str = "cpu",
+             dims: Mapping[str, int] | None = None) -> Compiled:
     """`fn` as a Python callable returning its result (a tuple for several results)."""
     from .passes.pipeline import run_pipeline
-    module, f = _primal(program, fn)
+    _no_remat(remat, "function")
+    module, f = _prepare(program, fn, dtype)
     single = len(f.result_types) == 1
     return Compiled(run_pipeline(module, passes), f.name, f.arg_names,
-                    lambda outs, _: _one_or_tuple(outs, single), device, dims)
+                    lambda outs, _: _one_or_tuple(outs, single), device, dims, dtype)
 
 
-def value_and_grad(program: Source, fn: str | None = None,
-                   wrt: str | Sequence[str] | None = None, *, passes: str = DEFAULT_PASSES,
-                   device: str = "cpu", dims: Mapping[str, int] | None = None) -> Compiled:
-    """A callable returning ``(value, gradients)``.
+def value_and_grad(program: Source, fn: str | None = None, wrt: Wrt = None, *,
+                   argnums: int | Sequence[int] | None = None, has_aux: bool = False,
+                   passes: str = DEFAULT_PASSES, remat: str | None = None,
+                   dtype: str | None = None, device: str = "cpu",
+                   dims: Mapping[str, int] | None = None, _what="value_and_grad") -> Compiled:
+    """A callable returning ``(value, gradients)`` of a function with a scalar float result.
 
     `wrt` is an input name (the gradient is one array) or a sequence of names (a tuple of
-    arrays, in that order); by default the ``param`` inputs. Results that are not scalars
-    are seeded with ones, so the gradient is that of their sum (as ``adc run``).
+    arrays, in that order), or `argnums` input positions; by default the ``param`` inputs
+    (a tuple). With ``has_aux=True`` the function returns ``(value, aux...)``: only `value`
+    is differentiated, and the call returns ``((value, aux), gradients)``. `remat` is a
+    checkpointing policy (``sqrt``, ``revolve:C``, ``budget:64MiB``...), `dtype` makes
+    every float of the program that type (``bf16``: computed in f32, results in bf16).
     """
-    module, f = _primal(program, fn)
-    names, single = _wrt_names(f, wrt)
+    module, f = _prepare(program, fn, dtype)
+    require_scalar(f, _what, has_aux)
+    explicit = wrt is not None or argnums is not None
+    shape = _wrt_shape(f, wrt, argnums)
     n = len(f.result_types)
 
-    def finish(outs, _):
-        return (_one_or_tuple(outs[:n], n == 1), _one_or_tuple(outs[n:], single))
-    return Compiled(_reverse(module, f.name, names, passes), f"{f.name}_grad",
-                    f.arg_names, finish, device, dims)
+    def build(sh: Shape) -> Compiled:
+        def finish(outs, _):
+            value = (outs[0], _one_or_tuple(outs[1:n], n == 2)) if has_aux else outs[0]
+            return value, sh.pack(outs[n:])
+        c = Compiled(_reverse(module, f.name, sh.names, passes, (0,) if has_aux else (),
+                              remat, dims),
+                     f"{f.name}_grad", f.arg_names, finish, device, dims, dtype)
+        if not explicit:
+            c.variant = lambda names: build(Shape(list(names), "dict"))
+        return c
+    return build(shape)
 
 
-def grad(program: Source, fn: str | None = None, wrt: str | Sequence[str] | None = None, *,
-         passes: str = DEFAULT_PASSES, device: str = "cpu",
-         dims: Mapping[str, int] | None = None) -> Compiled:
-    """A callable returning the gradients only (see `value_and_grad`)."""
-    c = value_and_grad(program, fn, wrt, passes=passes, device=device, dims=dims)
-    finish = c._finish
-    c._finish = lambda outs, named: finish(outs, named)[1]
+def grad(program: Source, fn: str | None = None, wrt: Wrt = None, *,
+         argnums: int | Sequence[int] | None = None, has_aux: bool = False,
+         passes: str = DEFAULT_PASSES, remat: str | None = None, dtype: str | None = None,
+         device: str = "cpu", dims: Mapping[str, int] | None = None) -> Compiled:
+    """A callable returning the gradients (see `value_and_grad`); with ``has_aux=True``,
+    ``(gradients, aux)``."""
+    c = value_and_grad(program, fn, wrt, argnums=argnums, has_aux=has_aux, passes=passes,
+                       remat=remat, dtype=dtype, device=device, dims=dims, _what="grad")
+    return _grad_only(c, has_aux)
+
+
+def _grad_only(c: Compiled, has_aux: bool) -> Compiled:
+    finish, variant = c._finish, c.variant
+    if has_aux:
+        c._finish = lambda outs, named: (lambda v, g: (g, v[1]))(*finish(outs, named))
+    else:
+        c._finish = lambda outs, named: finish(outs, named)[1]
+    if variant is not None:
+        c.variant = lambda names: _grad_only(variant(names), has_aux)
     return c
 
 
-def vjp(program: Source, fn: str | None = None, wrt: str | Sequence[str] | None = None, *,
-        passes: str = DEFAULT_PASSES, device: str = "cpu",
+def vjp(program: Source, fn: str | None = None, wrt: Wrt = None, *,
+        argnums: int | Sequence[int] | None = None, passes: str = DEFAULT_PASSES,
+        remat: str | None = None, dtype: str | None = None, device: str = "cpu",
         dims: Mapping[str, int] | None = None) -> Compiled:
     """A callable returning ``(value, pullback)``; ``pullback(*cotangents)`` returns the
     vector-Jacobian products for `wrt` (shaped as in `value_and_grad`).
 
-    One cotangent per float result, of that result's shape. The adjoint is compiled once,
-    from ``sum(result * cotangent)``; each pullback call reruns the forward sweep rather
-    than keeping the primal call's intermediates.
+    One cotangent per float result, of that result's shape: this is the way to
+    differentiate non-scalar and several results. The adjoint is compiled once, from
+    ``sum(result * cotangent)``; each pullback call reruns the forward sweep rather than
+    keeping the primal call's intermediates.
     """
     from .passes.pipeline import run_pipeline
-    module, f = _primal(program, fn)
-    names, single = _wrt_names(f, wrt)
+    module, f = _prepare(program, fn, dtype)
+    shape = _wrt_shape(f, wrt, argnums)
     seeded, ct_names = _seeded(module, f)
-    adjoint = Compiled(_reverse(seeded, seeded.main.name, names, passes), seeded.main.name
-                       + "_grad", f.arg_names + ct_names, lambda outs, _: outs, device, dims)
+    name = seeded.main.name
+    adjoint = Compiled(_reverse(seeded, name, shape.names, passes, (), remat, dims),
+                       name + "_grad", f.arg_names + ct_names, lambda outs, _: outs, device,
+                       dims, dtype)
     n, n_seeds = len(f.result_types), len(ct_names)
 
     def finish(outs, named):
@@ -167,22 +336,25 @@ def vjp(program: Source, fn: str | None = None, wrt: str | Sequence[str] | None 
             if len(cts) != n_seeds:
                 raise TypeError(f"pullback takes {n_seeds} cotangent(s), got {len(cts)}")
             grads = adjoint.call({**named, **dict(zip(ct_names, cts))})[n_seeds:]
-            return _one_or_tuple(grads, single)
+            return shape.pack(grads)
         return _one_or_tuple(outs, n == 1), pullback
-    return Compiled(run_pipeline(module, passes), f.name, f.arg_names, finish, device, dims)
+    return Compiled(run_pipeline(module, passes), f.name, f.arg_names, finish, device, dims,
+                    dtype)
 
 
-def _second_order(pass_cls, program: Source, fn: str | None, wrt, passes: str, suffix: str):
+def _second_order(pass_cls, program: Source, fn: str | None, wrt, argnums, passes: str,
+                  suffix: str, dtype: str | None):
     """Run `pass_cls` (``jvp`` or ``hvp``) on `fn`, between the cleanup passes."""
     from .passes.pipeline import run_pipeline
-    module, f = _primal(program, fn)
-    names, single = _wrt_names(f, wrt)
-    out = run_pipeline(module, _around(passes, pass_cls(wrt=tuple(names), fn=f.name)))
-    return out, out[f.name + suffix], f, names, single
+    module, f = _prepare(program, fn, dtype)
+    shape = _wrt_shape(f, wrt, argnums)
+    out = run_pipeline(module, _around(passes, pass_cls(wrt=tuple(shape.names), fn=f.name)))
+    return out, out[f.name + suffix], f, shape
 
 
-def jvp(program: Source, fn: str | None = None, wrt: str | Sequence[str] | None = None, *,
-        passes: str = DEFAULT_PASSES, device: str = "cpu",
+def jvp(program: Source, fn: str | None = None, wrt: Wrt = None, *,
+        argnums: int | Sequence[int] | None = None, passes: str = DEFAULT_PASSES,
+        remat: str | None = None, dtype: str | None = None, device: str = "cpu",
         dims: Mapping[str, int] | None = None) -> Compiled:
     """A callable returning ``(value, tangent)``: the results and their directional
     derivatives (forward mode, the ``jvp`` pass).
@@ -192,29 +364,36 @@ def jvp(program: Source, fn: str | None = None, wrt: str | Sequence[str] | None 
     else a tuple.
     """
     from .passes.forward import Forward
-    module, tfn, f, _, _ = _second_order(Forward, program, fn, wrt, passes, "_jvp")
+    _no_remat(remat, "jvp")
+    module, tfn, f, _ = _second_order(Forward, program, fn, wrt, argnums, passes, "_jvp",
+                                      dtype)
     n = len(f.result_types)
 
     def finish(outs, _):
         return _one_or_tuple(outs[:n], n == 1), _one_or_tuple(outs[n:], n == 1)
-    return Compiled(module, tfn.name, tfn.arg_names, finish, device, dims)
+    return Compiled(module, tfn.name, tfn.arg_names, finish, device, dims, dtype)
 
 
-def hvp(program: Source, fn: str | None = None, wrt: str | Sequence[str] | None = None, *,
-        passes: str = DEFAULT_PASSES, device: str = "cpu",
+def hvp(program: Source, fn: str | None = None, wrt: Wrt = None, *,
+        argnums: int | Sequence[int] | None = None, passes: str = DEFAULT_PASSES,
+        remat: str | None = None, dtype: str | None = None, device: str = "cpu",
         dims: Mapping[str, int] | None = None) -> Compiled:
-    """A callable returning Hessian-vector products (forward-over-reverse, the ``hvp``
-    pass), shaped like `grad`'s result.
+    """A callable returning Hessian-vector products of a function with a scalar float
+    result (forward-over-reverse, the ``hvp`` pass), shaped like `grad`'s result.
 
     It takes `fn`'s inputs followed by the direction: one tangent per input of `wrt`, named
-    ``t_<input>``. Non-scalar results are seeded with ones, as in `grad`.
+    ``t_<input>``.
     """
     from .passes.hvp import HVP
-    module, hfn, f, names, single = _second_order(HVP, program, fn, wrt, passes, "_hvp")
+    _no_remat(remat, "hvp")
+    require_scalar(_prepare(program, fn, None)[1], "hvp")
+    module, hfn, f, shape = _second_order(HVP, program, fn, wrt, argnums, passes, "_hvp",
+                                          dtype)
+    k = len(shape.names)
 
     def finish(outs, _):  # outs: results, gradients, then the products
-        return _one_or_tuple(outs[len(outs) - len(names):], single)
-    return Compiled(module, hfn.name, hfn.arg_names, finish, device, dims)
+        return shape.pack(outs[len(outs) - k:])
+    return Compiled(module, hfn.name, hfn.arg_names, finish, device, dims, dtype)
 
 
 def _seeded(module: Module, f: Function) -> tuple[Module, list[str]]:

@@ -24,6 +24,8 @@ def convert_input(name: str, value: Any, dtype: str, type_text: str, xp, typed=N
     declared = xp.dtype(DTYPES[dtype])
     arr = xp.asarray(value)
     kind = arr.dtype.kind
+    if arr.dtype.name == "bfloat16":  # ml_dtypes' bf16: widened exactly, then as any float
+        arr, kind = arr.astype("float32"), "f"
     if declared.kind == "f":
         if kind == "f" or (kind in "iu" and not typed):
             return arr.astype(declared, copy=False)

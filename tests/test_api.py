@@ -125,12 +125,16 @@ def test_call_errors_read_like_python():
         g(A, B, 0, 1)
 
 
-def test_multiple_results_seeded_with_ones():
+def test_multiple_results_need_has_aux():
     x = np.arange(6.0).reshape(2, 3) / 10
-    (rows, total), (dx,) = adc.value_and_grad(TWO)(x)  # default wrt: a tuple
+    with pytest.raises(adc.AdcError, match=r"returns 2 \(result 0: f64\[2\], result 1: f64"):
+        adc.value_and_grad(TWO)
+    swapped = TWO.replace("(f64[2], f64)", "(f64, f64[2])").replace(
+        "sum(x * x, axis=1), sum(exp(x))", "sum(exp(x)), sum(x * x, axis=1)")
+    (total, rows), (dx,) = adc.value_and_grad(swapped, has_aux=True)(x)  # wrt: a tuple
     np.testing.assert_allclose(rows, np.sum(x * x, axis=1))
     assert total == pytest.approx(np.exp(x).sum())
-    np.testing.assert_allclose(dx, 2 * x + np.exp(x))  # gradient of the sum of the results
+    np.testing.assert_allclose(dx, np.exp(x))  # the first result alone; the other is aux
 
 
 def test_vjp_pulls_back_arbitrary_cotangents():

@@ -89,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the IR after every pass to stderr")
     c.add_argument("--dtype", choices=("f16", "f32", "f64"),
                    help="make every float in the program this type")
+    c.add_argument("--seed-output", metavar="NAME",
+                   help="reverse mode: differentiate the result NAME alone (out, or out0, "
+                        "out1, ...); by default every float result is seeded with ones")
     add_remat_arguments(c)
     c.set_defaults(func=cmd_compile, parser=c)
 
@@ -107,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where to run: cpu (NumPy, default) or cuda (CuPy)")
     r.add_argument("--out", metavar="OUT.npz",
                    help="write results (out or out0, out1, ...) and gradients (grad_<input>)")
+    r.add_argument("--seed-output", metavar="NAME",
+                   help="reverse mode: differentiate the result NAME alone (out, or out0, "
+                        "out1, ...); by default every float result is seeded with ones")
     add_tangents_argument(r)
     add_remat_arguments(r)
     add_anomaly_argument(r)

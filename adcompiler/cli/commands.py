@@ -40,12 +40,15 @@ def cmd_compile(args) -> int:
     from .compile import compile_program
     from .output import save_text
     _check_remat_mode(args)
+    if args.seed_output and args.mode != "reverse":
+        raise AdcError("--seed-output applies to --mode reverse")
     if args.mode in FORWARD_MODES:
         comp = compile_forward(args.file, args.mode, args.fn, args.wrt, args.pipeline,
                                args.dtype, _binds(args), args.print_ir_after_all)
     else:
         comp = compile_program(args.file, args.mode, args.fn, args.wrt, args.pipeline,
-                               args.dtype, _binds(args), args.print_ir_after_all)
+                               args.dtype, _binds(args), args.print_ir_after_all,
+                               seed_output=args.seed_output)
     for n in comp.notes:
         _note(n)
     stats = _remat(args, comp, _binds(args))
@@ -117,9 +120,12 @@ def cmd_run(args) -> int:
         return run_main(args, inputs_for=load_or_draw_inputs)
     if args.tangents:
         raise AdcError("--tangents applies to --mode jvp and hvp")
+    if args.seed_output and args.mode != "reverse":
+        raise AdcError("--seed-output applies to --mode reverse")
     # remat schedules loops of a fixed trip count: let --bind fix symbolic ones first
     comp = compile_program(args.file, args.mode, args.fn, args.wrt, dtype=args.dtype,
-                           bind=_binds(args) if args.remat != "none" else None)
+                           bind=_binds(args) if args.remat != "none" else None,
+                           seed_output=args.seed_output)
     for n in comp.notes:
         _note(n)
     binder = DimBinder(_binds(args))

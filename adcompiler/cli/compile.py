@@ -107,7 +107,31 @@ def resolve_wrt(fn: Function, wrt: list[str] | None, notes: list[str]) -> list[s
     return floats
 
 
-def build_pipeline(mode: str, fn: str, wrt: list[str], passes: str | None) -> str:
+def seeding(fn: Function, seed_output: str | None, notes: list[str]) -> tuple[int, ...]:
+    """The results reverse mode seeds: ``--seed-output NAME`` alone, or every result (the
+    spec's convention, like ``backward(ones_like(out))``), which a note states unless the
+    function has one scalar result."""
+    types = fn.result_types
+    keys = ["out"] if len(types) == 1 else [f"out{k}" for k in range(len(types))]
+    if seed_output is not None:
+        if seed_output not in keys:
+            raise AdcError(f"--seed-output: no result '{seed_output}' (results: "
+                           f"{', '.join(keys)})")
+        k = keys.index(seed_output)
+        if not types[k].is_float:
+            raise AdcError(f"--seed-output: result '{seed_output}' has type {types[k]}, "
+                           "not a float type")
+        return (k,)
+    if len(types) != 1 or types[0].shape != ():
+        listing = ", ".join(f"{k} {t}" for k, t in zip(keys, types) if t.is_float)
+        notes.append(f"every float result of '{fn.name}' ({listing}) is seeded with ones: "
+                     "the gradients are those of the sum of all their elements, like "
+                     "backward(ones_like(out)); --seed-output NAME differentiates one result")
+    return ()
+
+
+def build_pipeline(mode: str, fn: str, wrt: list[str], passes: str | None,
+                   seed: tuple[int, ...] = ()) -> str:
     """The pipeline for `mode`. `passes` (default `DEFAULT_PASSES`) runs as written in
     forward mode; in reverse mode it runs before and after ``reverse{...}``, with
     `DERIVATIVE_PREP` just before it, unless it names a reverse pass itself, in which case
@@ -115,7 +139,8 @@ def build_pipeline(mode: str, fn: str, wrt: list[str], passes: str | None) -> st
     passes = DEFAULT_PASSES if passes is None else passes.strip()
     if mode == "forward" or "reverse" in [p.split("{")[0].strip() for p in passes.split(",")]:
         return passes
-    rev = f"reverse{{wrt={','.join(wrt)} fn={fn}}}"
+    seed_opt = f" seed={','.join(map(str, seed))}" if seed else ""
+    rev = f"reverse{{wrt={','.join(wrt)} fn={fn}{seed_opt}}}"
     return ",".join(p for p in (passes, DERIVATIVE_PREP, rev, passes) if p)
 
 
@@ -135,14 +160,17 @@ def prepare_module(path: str, fn_name: str | None, dtype: str | None,
 def compile_program(path: str, mode: str, fn_name: str | None = None,
                     wrt: list[str] | None = None, passes: str | None = None,
                     dtype: str | None = None, bind: dict | None = None,
-                    print_ir_after_all: bool = False) -> Compiled:
-    """Load `path` and compile it for `mode` (``forward`` or ``reverse``)."""
+                    print_ir_after_all: bool = False,
+                    seed_output: str | None = None) -> Compiled:
+    """Load `path` and compile it for `mode` (``forward`` or ``reverse``); `seed_output`
+    names the one result reverse mode differentiates (default: all, seeded with ones)."""
     from ..passes.pipeline import run_pipeline
 
     module, fn = prepare_module(path, fn_name, dtype, bind)
     notes: list[str] = []
     wrt_names = resolve_wrt(fn, wrt, notes) if mode == "reverse" else []
-    pipeline = build_pipeline(mode, fn.name, wrt_names, passes)
+    seed = seeding(fn, seed_output, notes) if mode == "reverse" else ()
+    pipeline = build_pipeline(mode, fn.name, wrt_names, passes, seed)
     module = run_pipeline(module, pipeline, print_ir_after_all=print_ir_after_all)
     run_name = fn.name + GRAD_SUFFIX if mode == "reverse" else fn.name
     if run_name not in module:

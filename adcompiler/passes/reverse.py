@@ -229,8 +229,11 @@ def _rebuild(v: Value, rbody: Block, mapping: dict[Value, Value]) -> Value:
     return new.result
 
 
-def build_adjoint(module: Module, fn: Function, wrt: list[str], name: str) -> Function:
-    """The adjoint function of `fn` (whose calls without grad rules are already inlined)."""
+def build_adjoint(module: Module, fn: Function, wrt: list[str], name: str,
+                  seed: tuple[int, ...] = ()) -> Function:
+    """The adjoint function of `fn` (whose calls without grad rules are already inlined);
+    the results numbered in `seed` (default: all) are seeded with ones, the others with
+    zeros."""
     for w in wrt:
         if w not in fn.arg_names:
             raise AdcError(f"'{w}' is not an input of '{fn.name}' "
@@ -244,14 +247,16 @@ def build_adjoint(module: Module, fn: Function, wrt: list[str], name: str) -> Fu
     active = analyze_activity(adj, wrt, results)
     b = Builder(adj.body, ret.loc)
     cts = Cotangents(b, active)
-    for r in results:
-        if r in active:
+    for k, r in enumerate(results):
+        if r in active and (not seed or k in seed):
             cts.add(r, b.emit("ones", shape=r.type.shape, dtype=r.type.dtype))
     backprop_ops(b, list(adj.body.ops), cts, module)
     grads = [cts.get_or_zeros(adj.arg(w)) for w in wrt]
     b.ret(results + grads)
     adj.result_types = list(fn.result_types) + [adj.arg(w).type for w in wrt]
     adj.attrs = {"adjoint_of": fn.name, "wrt": tuple(wrt)}
+    if seed:
+        adj.attrs["seed"] = tuple(seed)
     return adj
 
 
@@ -260,11 +265,14 @@ def build_adjoint(module: Module, fn: Function, wrt: list[str], name: str) -> Fu
 class Reverse:
     """Add ``<fn>_grad``, the adjoint of `fn` (default: the module's main function).
 
-    `wrt` names the differentiated inputs (default: the inputs marked ``param``).
+    `wrt` names the differentiated inputs (default: the inputs marked ``param``); `seed`
+    numbers the results seeded with ones (default: every result; the others get zero
+    cotangents, so ``seed=0`` differentiates the first result alone).
     """
 
     wrt: tuple[str, ...] = ()
     fn: str = ""
+    seed: tuple[int, ...] = ()
 
     def __call__(self, module: Module) -> Module:
         fn_name = self.fn or module.main.name
@@ -274,6 +282,11 @@ class Reverse:
         if not wrt:
             raise AdcError(f"function '{fn_name}' has no inputs marked 'param'; "
                            f"say which to differentiate with --wrt", fn.loc)
+        n = len(fn.result_types)
+        for k in self.seed:
+            if not 0 <= k < n:
+                raise AdcError(f"reverse: seed={k}, but '{fn_name}' has {n} result"
+                               f"{'s' if n != 1 else ''}", fn.loc)
         m = clone_module(m)
-        m.add(build_adjoint(m, m[fn_name], wrt, f"{fn_name}_grad"))
+        m.add(build_adjoint(m, m[fn_name], wrt, f"{fn_name}_grad", tuple(self.seed)))
         return m
