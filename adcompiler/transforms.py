@@ -197,7 +197,8 @@ def require_scalar(fn: Function, what: str, has_aux: bool = False) -> None:
 
 # ---- compiling ------------------------------------------------------------------------
 
-def _prepare(program: Source, fn: str | None, dtype: str | None) -> tuple[Module, Function]:
+def _primal(program: Source, fn: str | None,
+            dtype: str | None = None) -> tuple[Module, Function]:
     """The module (a copy with every float type made `dtype`, when given) and `fn`."""
     module = load(program)
     name = fn or module.main.name
@@ -248,7 +249,7 @@ def function(program: Source, fn: str | None = None, *, passes: str = DEFAULT_PA
     """`fn` as a Python callable returning its result (a tuple for several results)."""
     from .passes.pipeline import run_pipeline
     _no_remat(remat, "function")
-    module, f = _prepare(program, fn, dtype)
+    module, f = _primal(program, fn, dtype)
     single = len(f.result_types) == 1
     return Compiled(run_pipeline(module, passes), f.name, f.arg_names,
                     lambda outs, _: _one_or_tuple(outs, single), device, dims, dtype)
@@ -268,7 +269,7 @@ def value_and_grad(program: Source, fn: str | None = None, wrt: Wrt = None, *,
     checkpointing policy (``sqrt``, ``revolve:C``, ``budget:64MiB``...), `dtype` makes
     every float of the program that type (``bf16``: computed in f32, results in bf16).
     """
-    module, f = _prepare(program, fn, dtype)
+    module, f = _primal(program, fn, dtype)
     require_scalar(f, _what, has_aux)
     explicit = wrt is not None or argnums is not None
     shape = _wrt_shape(f, wrt, argnums)
@@ -322,7 +323,7 @@ def vjp(program: Source, fn: str | None = None, wrt: Wrt = None, *,
     keeping the primal call's intermediates.
     """
     from .passes.pipeline import run_pipeline
-    module, f = _prepare(program, fn, dtype)
+    module, f = _primal(program, fn, dtype)
     shape = _wrt_shape(f, wrt, argnums)
     seeded, ct_names = _seeded(module, f)
     name = seeded.main.name
@@ -346,7 +347,7 @@ def _second_order(pass_cls, program: Source, fn: str | None, wrt, argnums, passe
                   suffix: str, dtype: str | None):
     """Run `pass_cls` (``jvp`` or ``hvp``) on `fn`, between the cleanup passes."""
     from .passes.pipeline import run_pipeline
-    module, f = _prepare(program, fn, dtype)
+    module, f = _primal(program, fn, dtype)
     shape = _wrt_shape(f, wrt, argnums)
     out = run_pipeline(module, _around(passes, pass_cls(wrt=tuple(shape.names), fn=f.name)))
     return out, out[f.name + suffix], f, shape
@@ -386,7 +387,7 @@ def hvp(program: Source, fn: str | None = None, wrt: Wrt = None, *,
     """
     from .passes.hvp import HVP
     _no_remat(remat, "hvp")
-    require_scalar(_prepare(program, fn, None)[1], "hvp")
+    require_scalar(_primal(program, fn, None)[1], "hvp")
     module, hfn, f, shape = _second_order(HVP, program, fn, wrt, argnums, passes, "_hvp",
                                           dtype)
     k = len(shape.names)
