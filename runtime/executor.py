@@ -19,7 +19,7 @@ from .inputs import convert_input
 from .errors import RunError, UnboundDimError  # noqa: F401  (raised here, imported from here)
 from .buffers import donations, plan_block, value_nbytes
 from .kernels import DTYPES, ELEMENTWISE_OUT, KERNELS, OUT_KERNELS, OUT_RULES
-from .liveness import last_uses  # noqa: F401  (the compiler's memory model reads it here)
+from .liveness import last_uses
 
 SHAPE_ATTRS = ("shape", "n")  # attributes that may hold symbolic dimensions
 ANNOTATION_ATTRS = ("recompute",)  # marks for readers of the IR, not kernel options

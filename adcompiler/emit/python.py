@@ -14,9 +14,8 @@ import os
 
 from ..ir.core import Block, Function, Module, Op
 from ..ir.types import NUMPY_DTYPE, dim_symbols, is_symbol
+from ..ir.verifier import ANNOTATION_ATTRS
 from ..ops import registry
-from adc_runtime.dims import symbolic_slice
-from adc_runtime.executor import ANNOTATION_ATTRS
 from .names import Namer, dim_expr, sanitize
 
 RESERVED = {"np", "K", "dims"}
@@ -216,6 +215,7 @@ class _FunctionEmitter:
             if not isinstance(d, str) or not isinstance(e, (list, tuple)) \
                     or e[2] not in (None, 1, -1):
                 continue
+            from adc_runtime.dims import symbolic_slice  # the rule the runtime checks
             rule = symbolic_slice(*e)
             if rule is None or rule[2] <= 0:
                 continue

@@ -21,8 +21,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from adc_runtime.executor import last_uses  # the runtime frees values by this rule
-
 from ..ir.core import Block, Function, Module, Op, Value
 from .sizes import trip_count, value_bytes
 
@@ -74,6 +72,7 @@ class _Walk:
     def block(self, block: Block, keep_results: bool = False) -> None:
         plan = self._plans.get(id(block))
         if plan is None:
+            from adc_runtime.liveness import last_uses  # the rule the runtime frees by
             plan = self._plans[id(block)] = last_uses(block)
         for v in block.args:
             self.add(v)

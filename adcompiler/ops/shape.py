@@ -3,7 +3,6 @@ adjoint helpers `split` (of concat) and `index_grad` (of index)."""
 from __future__ import annotations
 
 from ..diagnostics import ShapeError
-from adc_runtime.dims import symbolic_slice
 
 from ..ir.types import (Dim, TensorType, broadcast_shapes, dim_add, dim_div, dim_mul,
                         num_elements, normalize_axis)
@@ -189,6 +188,7 @@ def slice_length(d: Dim, start, stop, step) -> Dim:
         raise ShapeError(f"slice [{written}] of the symbolic axis {d}: a part of a symbolic "
                          f"axis takes step 1 or -1 only (its length with step {step} is not "
                          f"a dimension); reshape to static sizes first")
+    from adc_runtime.dims import symbolic_slice  # the rule both sides share
     rule = symbolic_slice(start, stop, step)
     if rule is None:
         raise ShapeError(f"slice [{written}] of the symbolic axis {d} has a length that "
