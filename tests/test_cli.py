@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from adcompiler import cli
+from adcompiler.diagnostics import AdcError
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
@@ -302,7 +303,7 @@ def test_save_npz_failure_leaves_no_temporary(tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(cli_output.np, "savez", boom)
-    with pytest.raises(OSError):
+    with pytest.raises(AdcError, match="cannot write .*o.npz.*disk full"):
         cli_output.save_npz(str(tmp_path / "o.npz"), {"out": np.zeros(2)})
     assert os.listdir(tmp_path) == []
 

@@ -1,6 +1,7 @@
 """The memory / recomputation trade-off: budgets swept from min-memory to store-all."""
 from __future__ import annotations
 
+import os
 from typing import Mapping
 
 from ..ir.core import Module
@@ -68,6 +69,10 @@ def plot_curve(rows: list[dict], path: str, title: str = "") -> bool:
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    from ..cli.output import write_atomic
+    fmt = os.path.splitext(path)[1][1:].lower() or "png"
+    try:
+        write_atomic(path, lambda f: fig.savefig(f, format=fmt))
+    finally:
+        plt.close(fig)
     return True
