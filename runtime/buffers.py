@@ -18,15 +18,19 @@ fresh buffer and is not known to return new arrays (`returns_new`), a plugin's o
 taken to alias its operands, so a planned value's memory is held until the last use of
 every value derived from it that way.
 
-Offsets come from the interval-packing heuristic of TFLite's arena planner ("greedy by
-size"): values in decreasing size, each at the lowest offset where it overlaps no placed
-value that is live at the same time. Lifetimes are closed intervals of op indices, so an
-op's output never shares memory with the operands it reads. A loop body is planned on its
+Offsets come from a linear scan over the lifetimes, as a memory allocator would place
+them: values in order of their first op (the larger first among equals), each in the
+smallest free block of the arena that holds it, a block freed when its value's lifetime
+has ended (a heap by end) and merged with its free neighbours; the arena grows only when
+no free block fits. This takes O(n log n) time for n values. Lifetimes are closed
+intervals of op indices, so an op's output never shares memory with the operands it reads. A loop body is planned on its
 own and its arena placed in the parent block as one buffer live only at the loop op; a
 callee gets its own arena. Offsets are aligned to 256 bytes (the CUDA allocator's).
 """
 from __future__ import annotations
 
+import bisect
+import heapq
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
@@ -71,19 +75,51 @@ def value_nbytes(v, dims: Mapping[str, int]) -> int:
 
 
 def _pack(items: list[tuple[object, int, int, int]]) -> tuple[dict, int]:
-    """Offsets for (key, size, start, end) items: greedy by size, lowest fitting offset."""
-    placed: list[tuple[int, int, int, int]] = []  # (offset, size, start, end)
-    offsets, top = {}, 0
-    for key, size, start, end in sorted(items, key=lambda it: (-it[1], it[2])):
-        busy = sorted((o, o + s) for o, s, a, b in placed if a <= end and start <= b)
-        offset = 0
-        for lo, hi in busy:
-            if offset + size <= lo:
-                break
-            offset = max(offset, _align(hi))
-        placed.append((offset, size, start, end))
+    """Offsets for (key, size, start, end) items, in O(n log n) (see the module doc)."""
+    order = sorted(range(len(items)), key=lambda i: (items[i][2], -items[i][1], i))
+    ending: list[tuple[int, int, int, int]] = []  # heap of (end, seq, offset, size) in use
+    free: list[tuple[int, int]] = []  # sorted (size, offset) of the free blocks below brk
+    free_at: dict[int, int] = {}      # offset -> size of each free block
+    free_to: dict[int, int] = {}      # end -> offset of each free block
+    offsets, brk, top = {}, 0, 0
+
+    def release(offset: int, size: int) -> None:
+        nonlocal brk
+        right = free_at.get(offset + size)
+        if right is not None:  # merge with the free block just above
+            free.pop(bisect.bisect_left(free, (right, offset + size)))
+            del free_at[offset + size], free_to[offset + size + right]
+            size += right
+        left = free_to.get(offset)
+        if left is not None:  # and with the one just below
+            free.pop(bisect.bisect_left(free, (free_at[left], left)))
+            del free_to[offset], free_at[left]
+            offset, size = left, size + offset - left
+        if offset + size == brk:  # the top of the used part shrinks instead
+            brk = offset
+            return
+        free_at[offset], free_to[offset + size] = size, offset
+        bisect.insort(free, (size, offset))
+
+    for seq, i in enumerate(order):
+        key, size, start, end = items[i]
+        while ending and ending[0][0] < start:
+            _, _, o, s = heapq.heappop(ending)
+            release(o, s)
+        need = _align(size)
+        k = bisect.bisect_left(free, (need, -1))
+        if k < len(free):  # the smallest free block that holds it
+            have, offset = free.pop(k)
+            del free_at[offset], free_to[offset + have]
+            if have > need:
+                free_at[offset + need], free_to[offset + have] = have - need, offset + need
+                bisect.insort(free, (have - need, offset + need))
+        else:
+            offset, brk = brk, brk + need
         offsets[key] = offset
         top = max(top, offset + size)
+        if need:
+            heapq.heappush(ending, (end, seq, offset, need))
     return offsets, _align(top)
 
 

@@ -12,6 +12,7 @@ import os
 
 from ..diagnostics import AdcError, Loc
 from ..ir.core import Module
+from ..ir.gcpause import fewer_collections
 from .lower import lower_module
 from .parse import parse
 
@@ -34,7 +35,8 @@ def compile_source(text: str | bytes, filename: str = "<input>") -> Module:
     try:
         if isinstance(text, (bytes, bytearray)):
             text = decode(bytes(text), filename)
-        return lower_module(parse(text, filename), filename)
+        with fewer_collections():
+            return lower_module(parse(text, filename), filename)
     except AdcError:
         raise
     except RecursionError:

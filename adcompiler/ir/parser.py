@@ -16,6 +16,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from ..diagnostics import AdcError, Loc
 from .core import Block, Function, Module, Op, Value
+from .gcpause import fewer_collections
 from .types import TensorType, parse_dim
 
 # Friendly names for the grammar's terminals in "expected ..." messages.
@@ -37,6 +38,11 @@ def _lark() -> Lark:
 
 def parse_module(text: str, filename: str = "<ir>") -> Module:
     """Parse IR text; errors carry a `Loc` into `filename` (the IR file)."""
+    with fewer_collections():
+        return _parse_module(text, filename)
+
+
+def _parse_module(text: str, filename: str) -> Module:
     try:
         tree = _lark().parse(text)
     except UnexpectedInput as e:

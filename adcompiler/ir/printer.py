@@ -87,12 +87,17 @@ def format_loc(loc) -> str:
 
 
 class Namer:
-    """Unique printed names for the values of one function, assigned on first sight."""
+    """Unique printed names for the values of one function, assigned on first sight.
+
+    A hint taken already gets the first free suffix ``.1``, ``.2``, ...; the search for it
+    resumes where the last one for the same hint stopped (names are never released), so
+    naming is linear in the number of values."""
 
     def __init__(self):
         self.names: dict[Value, str] = {}
         self.taken: set[str] = set()
         self.next_number = 0
+        self.next_suffix: dict[str, int] = {}
 
     def __call__(self, v: Value) -> str:
         name = self.names.get(v)
@@ -109,11 +114,13 @@ class Namer:
             self.next_number += 1
             return str(self.next_number - 1)
         base = hint if _IDENT.match(hint) else _quote(hint)
-        name, k = base, 0
-        while name in self.taken:
+        if base not in self.taken:
+            return base
+        k = self.next_suffix.get(base, 1)
+        while f"{base}.{k}" in self.taken:
             k += 1
-            name = f"{base}.{k}"
-        return name
+        self.next_suffix[base] = k + 1
+        return f"{base}.{k}"
 
 
 class Printer:

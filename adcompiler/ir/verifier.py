@@ -61,6 +61,7 @@ class _Checker:
     def function(self, key: str, f: Function) -> None:
         self.fn = f
         self.defined: set[Value] = set()
+        self.visible: set[Value] = set()  # the values the op being checked may use
         self.open_blocks: list[Block] = []  # the block being checked and its enclosing ones
         if key != f.name:
             self.fail(f, f"is stored under the name '{key}'")
@@ -71,7 +72,7 @@ class _Checker:
             target = f.attrs.get(kind)
             if target is not None and target not in self.module:
                 self.fail(f, f"{kind} names unknown function @{target}")
-        self.block(f.body, set(), "return", f)
+        self.block(f.body, "return", f)
         term = f.body.ops[-1] if f.body.ops else None
         if term is not None and term.name == "return":
             got = [v.type for v in term.operands]
@@ -79,13 +80,17 @@ class _Checker:
                 self.fail(term, f"returns {_types(got)} but the function declares "
                                 f"{_types(f.result_types)}")
 
-    def block(self, block: Block, visible: set[Value], terminator: str, owner) -> None:
-        """Check `block`; `visible` holds the values of enclosing blocks (not modified)."""
-        visible = set(visible)
+    def block(self, block: Block, terminator: str, owner) -> None:
+        """Check `block`. Its values are visible to its later ops and their regions, and
+        leave `self.visible` when it is done (one set for the whole function, not a copy
+        per block)."""
+        visible, added = self.visible, []
         self.open_blocks.append(block)
         for k, a in enumerate(block.args):
             self.define(a, block, k, owner)
-            visible.add(a)
+            if a not in visible:
+                visible.add(a)
+                added.append(a)
         if not block.ops:
             self.fail(owner, f"has an empty block; it must end in '{terminator}'")
         elif block.ops[-1].name != terminator:
@@ -106,11 +111,14 @@ class _Checker:
             for r in op.regions:
                 if r.parent is not op:
                     self.fail(op, "has a region whose parent is another op")
-                self.block(r, visible, "yield", op)
+                self.block(r, "yield", op)
             for k2, r in enumerate(op.results):
                 self.define(r, op, k2, op)
-                visible.add(r)
+                if r not in visible:
+                    visible.add(r)
+                    added.append(r)
             self.op(op)
+        visible.difference_update(added)
         self.open_blocks.pop()
 
     def define(self, v: Value, owner, index: int, where) -> None:

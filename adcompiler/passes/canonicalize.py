@@ -24,13 +24,10 @@ from typing import Callable
 import numpy as np
 
 from ..ir.builder import Builder
-from ..ir.core import Block, Function, Module, Op, Value, replace_all_uses
+from ..ir.core import Block, Function, Module, Op, UseLists, Value
 from ..ir.types import FLOAT_DTYPES, INT_DTYPES, NUMPY_DTYPE
 from ..ops import registry
 from .pipeline import FunctionPass, register_pass
-
-MAX_ROUNDS = 50
-
 
 # ---- match trees ----------------------------------------------------------------------
 
@@ -217,26 +214,56 @@ def pattern_table(patterns=None) -> dict[str, list[Pattern]]:
     return table
 
 
-def _rewrite_block(block: Block, table: dict[str, list[Pattern]]) -> bool:
-    changed = False
-    for op in list(block.ops):
+class _Driver:
+    """One sweep over a function in program order, each op rewritten until no pattern
+    matches it.
+
+    Patterns look only at an op's operands and the ops defining them, never at its users,
+    so a sweep in program order reaches the fixed point: when an op is replaced, its users
+    come later in the sweep (or inside a later op's region) and are matched then. Ops a
+    rewrite builds are matched before the op they replace is dropped. Uses are rewritten
+    through use lists, so a fold costs the size of its users, not of the function.
+    """
+
+    def __init__(self, fn: Function, table: dict[str, list[Pattern]]):
+        self.table = table
+        self.uses = UseLists(fn.body)
+        self.folds = 0  # rewrites applied (the tests check that this grows linearly)
+        self.visits = 0  # ops matched against the table
+        self.replaced: dict[Value, Value] = {}
+
+    def block(self, block: Block) -> None:
+        old, block.ops = block.ops, []
+        for op in old:
+            self.op(block, op)
+
+    def op(self, block: Block, op: Op) -> None:
+        """Append `op` to `block` unless a pattern replaces it (then its replacement's new
+        ops are appended instead, each rewritten first)."""
         for region in op.regions:
-            changed |= _rewrite_block(region, table)
-        for pat in table.get(op.name, ()):
+            self.block(region)
+        self.visits += 1
+        for pat in self.table.get(op.name, ()):
             env = {"op": op}
             if not _match_op(pat.match, op, env):
                 continue
-            index = block.ops.index(op)
-            b = Builder(block, op.loc, index=index)
-            new = pat.rewrite(b, env)
+            scratch = Block()
+            scratch.parent = block.parent
+            new = pat.rewrite(Builder(scratch, op.loc), env)
             if new is None or new.type != op.result.type:
-                del block.ops[index:b.index]  # drop anything a declined rewrite built
-                continue
-            replace_all_uses(block, {op.result: new})
-            block.ops.remove(op)
-            changed = True
-            break
-    return changed
+                continue  # whatever a declined rewrite built is dropped with `scratch`
+            self.folds += 1
+            for built in scratch.ops:
+                self.uses.add(built)
+                built.parent = block
+                self.op(block, built)
+            while new in self.replaced:  # a built op was itself rewritten
+                new = self.replaced[new]
+            self.replaced[op.result] = new
+            self.uses.replace(op.result, new)
+            return
+        op.parent = block
+        block.ops.append(op)
 
 
 def erase_dead(fn: Function) -> None:
@@ -259,12 +286,13 @@ def erase_dead(fn: Function) -> None:
     sweep(fn.body)
 
 
-def canonicalize_function(fn: Function, patterns=None) -> None:
-    table = pattern_table(patterns)
-    for _ in range(MAX_ROUNDS):
-        if not _rewrite_block(fn.body, table):
-            break
+def canonicalize_function(fn: Function, patterns=None) -> "_Driver":
+    """Canonicalize `fn` in place; returns the driver, whose `folds` and `visits` count
+    the rewrites applied and the ops matched."""
+    driver = _Driver(fn, pattern_table(patterns))
+    driver.block(fn.body)
     erase_dead(fn)
+    return driver
 
 
 @register_pass("canonicalize")

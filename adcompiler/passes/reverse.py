@@ -219,7 +219,8 @@ def _rebuild(v: Value, rbody: Block, mapping: dict[Value, Value]) -> Value:
     """Clone the op defining `v` (and what it needs) at the start of `rbody`."""
     d = v.defining_op
     operands = [mapping[u] if u in mapping else
-                (_rebuild(u, rbody, mapping) if u.defining_op in d.parent.ops else u)
+                (_rebuild(u, rbody, mapping) if u.defining_op is not None
+                  and u.defining_op.parent is d.parent else u)
                 for u in d.operands]
     new = Op(d.name, operands, [v.type], dict(d.attrs), loc=d.loc, result_names=[v.name])
     pos = max([rbody.ops.index(u.defining_op) + 1 for u in operands

@@ -48,6 +48,8 @@ def scan_loop(op: Op) -> int:
     for inner in body.walk():
         for v in inner.operands:
             users.setdefault(v, {})[inner] = None
+    mapping: dict[Value, Value] = {}
+    erased: set[Op] = set()
     count = 0
     for x in captured_values(body):
         if not x.type.shape or x.type.shape[0] != n:
@@ -57,11 +59,21 @@ def scan_loop(op: Op) -> int:
             continue
         slice_ = body.add_arg(reads[0].result.type, x.name or reads[0].result.name)
         op.operands.append(x)
-        replace_all_uses(body, {u.result: slice_ for u in reads})
-        for u in reads:
-            u.parent.ops.remove(u)
+        mapping.update((u.result, slice_) for u in reads)
+        erased.update(reads)
         count += 1
+    if count:  # one walk for every scanned input
+        replace_all_uses(body, mapping)
+        _erase(body, erased)
     return count
+
+
+def _erase(block: Block, erased: set) -> None:
+    """Drop the ops in `erased` from `block` and the regions nested in it."""
+    block.ops = [o for o in block.ops if o not in erased]
+    for o in block.ops:
+        for r in o.regions:
+            _erase(r, erased)
 
 
 def scan_block(block: Block) -> int:
