@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 import adcompiler  # noqa: F401  (registers the ops)
-from adcompiler.cli_compile import DEFAULT_PASSES, DERIVATIVE_PREP
+from adcompiler.cli.compile import DEFAULT_PASSES, DERIVATIVE_PREP
 from adcompiler.emit.python import emit_python
 from adcompiler.frontend import compile_source
 from adcompiler.ir.gcpause import fewer_collections

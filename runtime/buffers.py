@@ -41,6 +41,7 @@ from .liveness import last_uses
 
 ALIGN = 256
 
+
 def returns_new(op) -> bool:
     """Whether `op`'s kernel always returns a new array, as its kernel declares
     (`adc_runtime.kernels.FRESH`)."""
