@@ -136,6 +136,10 @@ def runner(module: Module, name: str, device: str = "cpu", donate: bool = False)
         from adc_runtime.executor import Runner
         r = Runner(module, name, xp)
     r.donate = donate
+    from .labels import label_check
+    check = label_check(module[name])
+    if check is not None:
+        r.checks.append(check)
     return r
 
 

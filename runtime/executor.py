@@ -325,6 +325,9 @@ class Runner:
         self.donate = donate
         self.make_executor = make_executor or (lambda dims: Executor(module, xp, dims))
         self._executors: dict[tuple, Executor] = {}
+        # checks of the converted inputs, ``check(inputs by name, dims)``, each raising a
+        # RunError (the library adds the class-label ranges its ops declare)
+        self.checks: list = []
 
     def __call__(self, inputs: Mapping[str, Any], dims: Mapping[str, int] | None = None):
         """Run on named `inputs`; returns (outputs, stats)."""
@@ -335,6 +338,10 @@ class Runner:
         arrays = [convert_input(a.name, inputs[a.name], a.type.dtype, str(a.type), self.xp)
                   for a in fn.args]
         bound = bind_dims(fn, arrays, dims)
+        if self.checks:
+            named = {a.name: x for a, x in zip(fn.args, arrays)}
+            for check in self.checks:
+                check(named, bound)
         key = tuple(sorted(bound.items()))
         ex = self._executors.pop(key, None) or self.make_executor(bound)
         self._executors[key] = ex

@@ -14,10 +14,10 @@ from typing import Mapping
 
 import numpy as np
 
-from ..diagnostics import AdcError, Loc
-from ..ir.core import Function, Op
+from ..diagnostics import AdcError, Loc, RunError
+from ..ir.core import Function
 from ..ir.types import NUMPY_DTYPE, TensorType, dim_symbols, is_symbol, resolve_dim
-from ..ops import registry
+from ..labels import index_bounds
 
 RANDOM_INT_HIGH = 2      # integer inputs with no known range are drawn from [0, 2)
 DEFAULT_DIM = 4          # size of a symbolic dimension nothing binds, in a random-input run
@@ -59,7 +59,6 @@ def load_data(path: str) -> dict[str, tuple[np.ndarray, bool]]:
 
 def _convert(name: str, arr: np.ndarray, from_json: bool, t: TensorType, path: str):
     """The library's rule (`adc_runtime.inputs`): JSON numbers are untyped, .npz typed."""
-    from adc_runtime.errors import RunError
     from adc_runtime.inputs import convert_input
     try:
         return convert_input(name, arr, t.dtype, str(t), np, typed=not from_json)
@@ -138,39 +137,13 @@ def require_bound(fn: Function, binder: DimBinder) -> None:
             raise AdcError(f"dimension {sym} is not bound by any input; pass --bind {sym}=SIZE")
 
 
-def _int_ranges(fn: Function, env: Mapping[str, int],
-                checked_only: bool = False) -> dict[str, int]:
-    """Exclusive upper bounds for integer inputs that ops take as class labels or indices
-    (each op's `index_bound`); with `checked_only`, only those where a value out of range
-    is an error."""
-    def size(v, axis=None):
-        if axis is None:  # a dimension
-            return resolve_dim(v, env)
-        shape = v.type.shape
-        return resolve_dim(shape[axis % len(shape)], env) if shape else None
-
-    args = {a: a.name for a in fn.args}
-    high: dict[str, int] = {}
-    op: Op
-    for op in fn.walk():
-        opdef = registry.REGISTRY.get(op.name)
-        if opdef is None or opdef.index_bound is None:
-            continue
-        value, bound, checked = opdef.index_bound(op, size)
-        if value in args and bound and (checked or not checked_only):
-            name = args[value]
-            high[name] = min(high.get(name, bound), bound)
-    return high
-
-
 def check_index_ranges(fn: Function, inputs: dict, env: Mapping[str, int], path: str) -> None:
-    """Integer class labels of cross_entropy must lie in [0, n); NumPy would read a wrong
-    element or fail deep in a kernel. (Gather indices may be negative, as in NumPy.)"""
-    for name, high in _int_ranges(fn, env, checked_only=True).items():
-        a = inputs[name]
-        if a.size and (a.min() < 0 or a.max() >= high):
-            raise AdcError(f"{path}: input '{name}' holds class labels outside [0, {high}) "
-                           f"(found {a.min()} to {a.max()})")
+    """Integer class labels must lie in [0, n) (`adcompiler.labels`, as in the library)."""
+    from ..labels import check_labels
+    try:
+        check_labels(fn, inputs, env)
+    except RunError as e:
+        raise AdcError(f"{path}: {e.message}") from None
 
 
 def random_inputs(fn: Function, binder: DimBinder, seed: int) -> tuple[dict, list[str]]:
@@ -183,7 +156,7 @@ def random_inputs(fn: Function, binder: DimBinder, seed: int) -> tuple[dict, lis
             binder.bind(sym, DEFAULT_DIM, "the default")
             notes.append(f"{sym}={DEFAULT_DIM}")
     rng = np.random.default_rng(seed)
-    high = _int_ranges(fn, binder.env)
+    high = index_bounds(fn, binder.env)
     out = {}
     for arg in fn.args:
         t = arg.type

@@ -144,8 +144,11 @@ def _cross_entropy_jvp(b, op, tangents):
 
 
 def _label_bound(op, size):
-    """Integer labels must lie in [0, n) for the n classes along `axis`."""
+    """Integer labels must lie in [0, n) for the n classes along `axis` (probabilities have
+    no bound)."""
     z, y = op.operands
+    if y.type.is_float:
+        return None
     return y, size(z, op.attrs.get("axis", -1)), True
 
 

@@ -32,6 +32,11 @@ def cross_entropy(xp, logits, labels, axis=-1):
     ls = _log_softmax(xp, logits, axis)
     if labels.dtype.kind == "f":
         return -xp.sum(labels * ls, axis=axis)
+    n = logits.shape[axis]
+    if labels.size:  # NumPy would wrap a negative label round, CuPy read out of bounds
+        lo, hi = int(labels.min()), int(labels.max())
+        if lo < 0 or hi >= n:
+            raise ValueError(f"class labels outside [0, {n}) (found {lo} to {hi})")
     picked = xp.take_along_axis(ls, xp.expand_dims(labels, axis), axis=axis)
     return -xp.squeeze(picked, axis=axis)
 

@@ -1,0 +1,69 @@
+"""Class labels and indices held by a function's inputs, against the bounds their ops declare
+(`index_bound` in the op registry): one check, with one message, for the ``adc`` command's
+input files and the library's callables.
+
+Only integer labels have a range: probability labels (floats) are data like any other."""
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+from .diagnostics import RunError
+from .ir.core import Function
+from .ir.types import resolve_dim
+from .ops import registry
+
+
+def _bounded(fn: Function) -> list[tuple[str, object, Callable]]:
+    """(input name, op, its index_bound rule) for each op that reads an input as labels."""
+    args = {a: a.name for a in fn.args}
+    found = []
+    for op in fn.walk():
+        opdef = registry.REGISTRY.get(op.name)
+        rule = opdef.index_bound if opdef is not None else None
+        got = rule(op, lambda v, axis=None: 1) if rule is not None else None
+        if got is not None and got[0] in args:
+            found.append((args[got[0]], op, rule))
+    return found
+
+
+def index_bounds(fn: Function, env: Mapping[str, int], checked_only: bool = False,
+                 bounded: list | None = None) -> dict[str, int]:
+    """Exclusive upper bounds for the integer inputs that ops take as class labels or indices;
+    with `checked_only`, only those where a value out of range is an error."""
+    def size(v, axis=None):
+        if axis is None:  # a dimension
+            return resolve_dim(v, env)
+        shape = v.type.shape
+        return resolve_dim(shape[axis % len(shape)], env) if shape else None
+
+    high: dict[str, int] = {}
+    for name, op, rule in _bounded(fn) if bounded is None else bounded:
+        got = rule(op, size)
+        if got is None:
+            continue
+        _, bound, checked = got
+        if bound and (checked or not checked_only):
+            high[name] = min(high.get(name, bound), bound)
+    return high
+
+
+def check_labels(fn: Function, inputs: Mapping, env: Mapping[str, int],
+                 bounded: list | None = None) -> None:
+    """A `RunError` naming the first input whose class labels lie outside ``[0, n)``
+    (NumPy would read a wrong element, or wrap a negative label round)."""
+    for name, high in index_bounds(fn, env, True, bounded).items():
+        a = inputs[name]
+        if a.size:
+            lo, hi = int(a.min()), int(a.max())
+            if lo < 0 or hi >= high:
+                raise RunError(f"input '{name}' holds class labels outside [0, {high}) "
+                               f"(found {lo} to {hi})")
+
+
+def label_check(fn: Function) -> Callable[[Mapping, Mapping], None] | None:
+    """`check_labels` for `fn` as a `Runner` check, ``check(inputs, dims)``, with the ops
+    found once; None when no input holds labels."""
+    bounded = _bounded(fn)
+    if not bounded:
+        return None
+    return lambda inputs, dims: check_labels(fn, inputs, dims, bounded)
