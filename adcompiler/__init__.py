@@ -74,6 +74,11 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "vjp": ("adcompiler.transforms", "vjp"),
     "function": ("adcompiler.transforms", "function"),
     "Compiled": ("adcompiler.transforms", "Compiled"),
+    "jacfwd": ("adcompiler.derivatives", "jacfwd"),
+    "jacrev": ("adcompiler.derivatives", "jacrev"),
+    "auto_jacobian": ("adcompiler.derivatives", "auto_jacobian"),
+    "hessian": ("adcompiler.derivatives", "hessian"),
+    "check_grads": ("adcompiler.derivatives", "check_grads"),
     # training
     "train_step": ("adcompiler.compiled_step", "train_step"),
     "CompiledStep": ("adcompiler.compiled_step", "CompiledStep"),
@@ -120,6 +125,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # static view of the lazy names above, for type checkers and IDEs
     from .api import FunctionBuilder, load, parse_ir, parse_tdsl, run, runner, tensor_type
     from .transforms import Compiled, function, grad, hvp, jvp, value_and_grad, vjp
+    from .derivatives import auto_jacobian, check_grads, hessian, jacfwd, jacrev
     from . import optim
     from .compiled_step import CompiledStep, train_step
     from .passes.train_step import TrainStep

@@ -239,6 +239,10 @@ def _reverse(module: Module, fn: str, wrt: list[str], passes: str, seed=(), rema
     from .passes.pipeline import run_pipeline
     from .passes.reverse import Reverse
     derive = Reverse(wrt=tuple(wrt), fn=fn, seed=tuple(seed))
+    if remat not in (None, "none") and dims:  # loops get plans for the trip counts bound here
+        from .cli.dtype import bind_dims
+        from .passes.clone import clone_module
+        module = bind_dims(clone_module(module), dims)
     return run_pipeline(module, _around(passes, derive, _remat_passes(remat, fn + "_grad",
                                                                        dims)))
 

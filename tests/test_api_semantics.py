@@ -119,3 +119,37 @@ def test_cli_says_how_it_seeds_and_seeds_one_output(tmp_path, capsys):
                                rtol=1e-5)
     assert main(args + ["--seed-output", "logits"]) == 1
     assert "--seed-output: no result 'logits' (results: out0, out1)" in capsys.readouterr().err
+
+
+def test_dtype_option_on_transforms():
+    import json
+    data = json.loads((ROOT / "samples" / "mlp.json").read_text())
+    mlp = str(ROOT / "samples" / "mlp.tdsl")
+    g32 = adc.grad(mlp, wrt="W1")(**data)
+    g64 = adc.grad(mlp, wrt="W1", dtype="f64")(**data)
+    assert g32.dtype == np.float32 and g64.dtype == np.float64
+    np.testing.assert_allclose(g64, g32, rtol=1e-5, atol=1e-7)
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    x_bf16 = np.asarray(data["x"], np.float32).astype(ml_dtypes.bfloat16)
+    gb = adc.grad(mlp, wrt="W1", dtype="bf16")(**{**data, "x": x_bf16})
+    assert gb.dtype == ml_dtypes.bfloat16
+    ref = adc.grad(mlp, wrt="W1")(**{**data, "x": x_bf16.astype(np.float32)})  # f32 compute
+    np.testing.assert_array_equal(gb, ref.astype(ml_dtypes.bfloat16))
+    with pytest.raises(adc.AdcError, match="dtype must be one of"):
+        adc.grad(mlp, dtype="f8")
+
+
+def test_remat_option_keeps_the_gradients():
+    import json
+    rnn = str(ROOT / "samples" / "rnn.tdsl")
+    data = json.loads((ROOT / "samples" / "rnn.json").read_text())
+    plain = adc.grad(rnn)
+    loops = sum(op.name == "for" for op in plain.module[plain.fn_name].walk())
+    plain = plain(**data)
+    for policy in ("sqrt", "revolve:2"):
+        g = adc.grad(rnn, remat=policy, dims={"T": np.shape(data["xs"])[0]})
+        assert sum(op.name == "for" for op in g.module[g.fn_name].walk()) > loops
+        for a, b in zip(g(**data), plain):
+            np.testing.assert_array_equal(a, b)
+    with pytest.raises(adc.AdcError, match="remat= applies to"):
+        adc.jvp(rnn, remat="sqrt")
