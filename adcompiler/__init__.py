@@ -63,6 +63,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "Forward": ("adcompiler.passes.forward", "Forward"),
     "HVP": ("adcompiler.passes.hvp", "HVP"),
     "Remat": ("adcompiler.passes.remat", "Remat"),
+    "Batch": ("adcompiler.passes.batch", "Batch"),
     # running
     "run": ("adcompiler.api", "run"),
     "runner": ("adcompiler.api", "runner"),
@@ -79,6 +80,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "auto_jacobian": ("adcompiler.derivatives", "auto_jacobian"),
     "hessian": ("adcompiler.derivatives", "hessian"),
     "check_grads": ("adcompiler.derivatives", "check_grads"),
+    "vmap": ("adcompiler.vectorize", "vmap"),
     # training
     "train_step": ("adcompiler.compiled_step", "train_step"),
     "CompiledStep": ("adcompiler.compiled_step", "CompiledStep"),
@@ -126,6 +128,7 @@ if TYPE_CHECKING:  # static view of the lazy names above, for type checkers and 
     from .api import FunctionBuilder, load, parse_ir, parse_tdsl, run, runner, tensor_type
     from .transforms import Compiled, function, grad, hvp, jvp, value_and_grad, vjp
     from .derivatives import auto_jacobian, check_grads, hessian, jacfwd, jacrev
+    from .vectorize import vmap
     from . import optim
     from .compiled_step import CompiledStep, train_step
     from .passes.train_step import TrainStep
@@ -150,6 +153,7 @@ if TYPE_CHECKING:  # static view of the lazy names above, for type checkers and 
     from .passes.pipeline import (FunctionPass, ModulePass, get_pass, parse_pipeline,
                                   pass_spec, register_pass, run_pipeline)
     from .passes.remat import Remat
+    from .passes.batch import Batch
     from .passes.reverse import Reverse
     from .passes.scan_inputs import ScanInputs
     from .plugins import PluginError, load_plugins, register_op

@@ -35,7 +35,8 @@ def register_op(name: str, infer: Callable, *, kernel: Callable | None,
                 traits: Iterable[str] = (), doc: str = "",
                 positional: Sequence[str] | None = None, flops=None,
                 cuda: Callable | None = None, cuda_reduce=None,
-                index_bound: Callable | None = None, fresh=False,
+                index_bound: Callable | None = None, batch: Callable | None = None,
+                fresh=False,
                 replace: bool = False) -> OpDef:
     """Declare op `name` and its NumPy/CuPy kernel; returns the registry's `OpDef`.
 
@@ -47,8 +48,8 @@ def register_op(name: str, infer: Callable, *, kernel: Callable | None,
       forward mode (``jvp``) and Hessian-vector products.
     * ``kernel(xp, *operands, **attrs)`` computes the op with the array module `xp`;
       ``fresh=True`` says it always returns a new array (never an operand or a view).
-    * `flops`, `cuda`, `cuda_reduce`, `index_bound`: see `adcompiler.ops.registry`; a CUDA
-      formula is usually built with `adcompiler.emit.c` (``expr``, ``fn``, ``lit``).
+    * `flops`, `cuda`, `cuda_reduce`, `index_bound`, `batch`: see `adcompiler.ops.registry`;
+      a CUDA formula is usually built with `adcompiler.emit.c` (``expr``, ``fn``, ``lit``).
 
     `replace=True` overrides an earlier registration of `name` (e.g. on reloading a module);
     otherwise a second registration is an error, as for built-in ops.
@@ -61,7 +62,8 @@ def register_op(name: str, infer: Callable, *, kernel: Callable | None,
         raise ValueError(f"kernel {name!r} is already registered")
     opdef = registry.register(name, infer, operands=operands, options=options, traits=traits,
                               vjp=vjp, jvp=jvp, doc=doc, positional=positional, flops=flops,
-                              cuda=cuda, cuda_reduce=cuda_reduce, index_bound=index_bound)
+                              cuda=cuda, cuda_reduce=cuda_reduce, index_bound=index_bound,
+                              batch=batch)
     if kernel is not None:
         register_kernel(name, fresh=fresh)(kernel)
     return opdef

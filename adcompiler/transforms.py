@@ -46,6 +46,7 @@ class Compiled:
         self._runner = None  # made on the first call; keeps executors for later ones
         self.variant: Callable[[tuple], "Compiled"] | None = None
         self._variants: dict[tuple, Compiled] = {}
+        self.batchable = True   # its result is made from the outputs alone (see `vmap`)
 
     def bind(self, args: tuple, kwargs: dict) -> dict:
         """Positional and keyword arguments -> named inputs, checked like a Python call."""
@@ -343,8 +344,9 @@ def vjp(program: Source, fn: str | None = None, wrt: Wrt = None, *,
             grads = adjoint.call({**named, **dict(zip(ct_names, cts))})[n_seeds:]
             return shape.pack(grads)
         return _one_or_tuple(outs, n == 1), pullback
-    return Compiled(run_pipeline(module, passes), f.name, f.arg_names, finish, device, dims,
-                    dtype)
+    c = Compiled(run_pipeline(module, passes), f.name, f.arg_names, finish, device, dims, dtype)
+    c.batchable = False
+    return c
 
 
 def _second_order(pass_cls, program: Source, fn: str | None, wrt, argnums, passes: str,

@@ -34,3 +34,17 @@ def test_bench_cpu_smoke(tmp_path, capsys, monkeypatch):
             ratio = grad / fwd
             slack = ratio * (0.0005 / fwd + 0.0005 / grad) + 0.005
             assert abs(float(r[4]) - ratio) <= slack
+
+
+def test_per_example_bench_smoke(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location(
+        "bench_per_example", BENCH.parent / "bench_per_example.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "table.md"
+    assert bench.main(["--rows", "4", "--repeats", "1", "--warmup", "0", "--runners", "adc",
+                       "--out", str(out)]) == 0
+    rows = {r.split(" | ")[0].strip("| "): r.split(" | ")
+            for r in out.read_text().splitlines() if r.startswith("| adc")}
+    assert set(rows) == {"adc Python loop", "adc.vmap(adc.grad)"}
+    assert float(rows["adc.vmap(adc.grad)"][3].strip(" |")) < 1e-6   # same gradients

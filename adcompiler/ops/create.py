@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..diagnostics import ShapeError
 from ..emit.c import COMPUTE, literal
 from ..ir.types import TensorType
+from .batching import leading_rule
 from .registry import Option, register
 
 CTOR = ("constructor",)
@@ -30,8 +31,10 @@ register("full", _filled, operands=(),
                   Option("dtype", "dtype", "f32")), traits=CTOR, flops=0)
 
 # zeros_like/ones_like read only their operand's type: the derivative is zero.
-register("zeros_like", lambda types, attrs: types[0], traits=("no_grad",), flops=0)
-register("ones_like", lambda types, attrs: types[0], traits=("no_grad",), flops=0)
+register("zeros_like", lambda types, attrs: types[0], traits=("no_grad",), flops=0,
+         batch=leading_rule)
+register("ones_like", lambda types, attrs: types[0], traits=("no_grad",), flops=0,
+         batch=leading_rule)
 
 
 def _arange(types, attrs):

@@ -29,6 +29,7 @@ import math
 from ..diagnostics import ShapeError
 from ..emit.c import COMPUTE, expr, fn, fn2, infix, lit, math_fn
 from ..ir.types import TensorType, broadcast_shapes, join_dtypes
+from .batching import broadcast_rule
 from .registry import Option, register
 from .rules import add_all, float_tangent, scalar
 
@@ -107,7 +108,8 @@ def unary(name, cuda, *, deriv=None, scale=None, vjp=None, infer=None, traits=()
     if scale is not None:
         vjp = lambda b, op, ct: [scale(b, op.operands[0], op.result, ct[0])]  # noqa: E731
     register(name, infer or _float_unary(name), options=options, traits=EW + tuple(traits),
-             vjp=vjp, jvp=_self_adjoint(vjp) if vjp else None, cuda=cuda, flops=flops, doc=doc)
+             vjp=vjp, jvp=_self_adjoint(vjp) if vjp else None, cuda=cuda, flops=flops, doc=doc,
+             batch=broadcast_rule)
 
 
 # ---- unary ---------------------------------------------------------------------------
@@ -227,7 +229,7 @@ def _clip_jvp(b, op, tangents):
 
 
 register("clip", _broadcast("clip"), operands=("x", "lo", "hi"), traits=EW, vjp=_clip_vjp,
-         jvp=_clip_jvp,
+         jvp=_clip_jvp, batch=broadcast_rule,
          cuda=expr(lambda w, ct, dt, op, x, lo, hi: f"adc_min(adc_max({x}, {lo}), {hi})"))
 
 
@@ -251,7 +253,8 @@ def binary(name, cuda, da, db, *, traits=(), jvp=None, float_result=False):
         return [add_all(b, [da(b, a, bb, op.result, ta) if ta is not None else None,
                                  db(b, a, bb, op.result, tb) if tb is not None else None])]
     register(name, _broadcast(name, float_result=float_result), operands=("a", "b"),
-             traits=EW + tuple(traits), vjp=vjp, jvp=jvp or forward, cuda=cuda)
+             traits=EW + tuple(traits), vjp=vjp, jvp=jvp or forward, cuda=cuda,
+             batch=broadcast_rule)
 
 
 def _pow_db(b, a, bb, y, g):
@@ -298,7 +301,7 @@ def _extremum(name, wins, cuda):
             b.emit("mul", ta, w) if ta is not None else None,
             b.emit("mul", tb, b.emit("sub", scalar(b, 1.0, w), w)) if tb is not None else None])]
     register(name, _broadcast(name), operands=("a", "b"), traits=EW + ("commutative",),
-             vjp=vjp, jvp=jvp, cuda=cuda)
+             vjp=vjp, jvp=jvp, cuda=cuda, batch=broadcast_rule)
 
 
 def _add_jvp(b, op, tangents):
@@ -342,7 +345,7 @@ for _name, _symbol in (("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="), ("e
                        ("ne", "!=")):
     register(_name, _broadcast(_name, result_dtype="bool"), operands=("a", "b"),
              traits=NO_GRAD + (("commutative",) if _name in ("eq", "ne") else ()),
-             cuda=_compare(_symbol))
+             cuda=_compare(_symbol), batch=broadcast_rule)
 
 
 def _where_vjp(b, op, ct):
@@ -372,4 +375,4 @@ def _where_cuda(w, op):
 
 
 register("where", _where, operands=("cond", "a", "b"), traits=EW, vjp=_where_vjp,
-         jvp=_where_jvp, cuda=_where_cuda)
+         jvp=_where_jvp, cuda=_where_cuda, batch=broadcast_rule)

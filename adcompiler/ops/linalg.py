@@ -5,6 +5,7 @@ import math
 
 from ..diagnostics import ShapeError
 from ..ir.types import TensorType, broadcast_shapes, join_dtypes
+from .batching import expand_to, rank
 from .registry import Option, register
 
 
@@ -77,9 +78,28 @@ def _matmul_flops(op, elements):
     return 2 * elements(op.results[0].type.shape) * k
 
 
+def _matmul_batch(b, op, args, batched, n):
+    """A batched matmul: a 1-D operand becomes a row (a) or a column (b) as NumPy reads it,
+    batched operands get size-1 axes behind the batch axis until their batch axes outnumber
+    the shared operand's, so matmul broadcasts the examples; the added axes are squeezed."""
+    ranks = [rank(x, f) for x, f in zip(args, batched)]
+    (a, bb), squeeze = list(args), []
+    if ranks[0] == 1:
+        a, squeeze = b.emit("expand_dims", a, axis=-2), squeeze + [-2]
+    if ranks[1] == 1:
+        bb, squeeze = b.emit("expand_dims", bb, axis=-1), squeeze + [-1]
+    mats = [a, bb]
+    lead = max(max(r, 2) - 2 for r in ranks)
+    mats = [expand_to(b, x, lead + 2) if f else x for x, f in zip(mats, batched)]
+    out = b.emit("matmul", *mats)
+    for axis in sorted(squeeze, reverse=True) if len(squeeze) < 2 else (-1, -1):
+        out = b.emit("squeeze", out, axis=axis)
+    return [out]
+
+
 register("matmul", _matmul, operands=("a", "b"), vjp=_matmul_vjp,
          doc="NumPy matmul: 1-D, 2-D and batched with broadcast batch axes",
-         jvp=_matmul_jvp, flops=_matmul_flops)
+         jvp=_matmul_jvp, flops=_matmul_flops, batch=_matmul_batch)
 
 
 # ---- transpose ------------------------------------------------------------------------
@@ -109,8 +129,13 @@ def _transpose_vjp(b, op, cts):
     return [b.emit("transpose", cts[0], perm=inverse)]
 
 
+def _transpose_batch(b, op, args, batched, n):
+    perm = full_perm(op.attrs["perm"], rank(args[0], True))
+    return [b.emit("transpose", args[0], perm=[0] + [p + 1 for p in perm])]
+
+
 register("transpose", _transpose, options=(Option("perm", "ints", None),),
-         traits=("linear",), vjp=_transpose_vjp, flops=0)
+         traits=("linear",), vjp=_transpose_vjp, flops=0, batch=_transpose_batch)
 
 
 # ---- einsum ---------------------------------------------------------------------------
@@ -196,6 +221,15 @@ def _einsum_flops(op, elements):
     return 2 * math.prod(sizes.values()) * max(extra, 1)
 
 
+def _einsum_batch(b, op, args, batched, n):
+    """A new letter for the examples, on the batched operands and in front of the output."""
+    ins, out = parse_spec(op.attrs["spec"])
+    letter = next(c for c in "zyxwvutsrqponmlkjihgfedcbaZYXWVUTSRQPONMLKJIHGFEDCBA"
+                  if c not in op.attrs["spec"])
+    terms = [letter + t if f else t for t, f in zip(ins, batched)]
+    return [b.emit("einsum", *args, spec=",".join(terms) + "->" + letter + out)]
+
+
 register("einsum", _einsum, operands=("*operands",), options=(Option("spec", "str"),),
          positional=("spec", "*operands"), vjp=_einsum_vjp,
-         jvp=_einsum_jvp, flops=_einsum_flops)
+         jvp=_einsum_jvp, flops=_einsum_flops, batch=_einsum_batch)

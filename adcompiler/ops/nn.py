@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from ..diagnostics import ShapeError
 from ..emit.c import COMPUTE, expr, lit, math_fn
-from ..ir.types import TensorType, broadcast_shapes, join_dtypes, normalize_axis, num_elements
+from ..ir.types import (TensorType, broadcast_shapes, dim_mul, join_dtypes, normalize_axis,
+                        num_elements)
 from .create import dim_scalar
+from .batching import (axis_rule, broadcast_rule, expand_to, leading_rule, rank, shift_axis,
+                       unsupported)
 from .registry import Option, register
 from .rules import add_all, float_tangent
 
@@ -77,9 +80,9 @@ def _log_softmax_jvp(b, op, tangents):
 
 
 register("softmax", _softmax_type("softmax"), options=(AXIS,), vjp=_softmax_vjp,
-         jvp=_softmax_jvp, flops=5)
+         jvp=_softmax_jvp, flops=5, batch=axis_rule)
 register("log_softmax", _softmax_type("log_softmax"), options=(AXIS,), vjp=_log_softmax_vjp,
-         jvp=_log_softmax_jvp, flops=5)
+         jvp=_log_softmax_jvp, flops=5, batch=axis_rule)
 
 
 # ---- cross_entropy --------------------------------------------------------------------
@@ -155,7 +158,7 @@ def _label_bound(op, size):
 register("cross_entropy", _cross_entropy, operands=("logits", "labels"), options=(AXIS,),
          vjp=_cross_entropy_vjp,
          doc="per-example logsumexp(logits) - logits[label], or -sum(p * log_softmax)",
-         jvp=_cross_entropy_jvp, flops=6, index_bound=_label_bound)
+         jvp=_cross_entropy_jvp, flops=6, index_bound=_label_bound, batch=axis_rule)
 
 
 # ---- bce / bce_with_logits / mse ------------------------------------------------------
@@ -208,12 +211,13 @@ def _bce_with_logits_jvp(b, op, tangents):
 
 register("bce", _binary_float("bce"), operands=("p", "y"), traits=("elementwise",),
          vjp=_bce_vjp, jvp=_bce_jvp, flops=6, doc="-(y log p + (1 - y) log(1 - p))",
+         batch=broadcast_rule,
          cuda=expr(lambda w, ct, dt, op, p, y: (
              f"-({y} * {math_fn('log', ct)}({p}) + ({lit(1.0, ct)} - {y}) * "
              f"{math_fn('log1p', ct)}(-{p}))")))
 register("bce_with_logits", _binary_float("bce_with_logits"), operands=("z", "y"),
          traits=("elementwise",), vjp=_bce_with_logits_vjp, jvp=_bce_with_logits_jvp,
-         flops=6, doc="max(z, 0) - z y + log1p(exp(-|z|))",
+         flops=6, doc="max(z, 0) - z y + log1p(exp(-|z|))", batch=broadcast_rule,
          cuda=expr(lambda w, ct, dt, op, z, y: (
              f"adc_max({z}, {lit(0.0, ct)}) - {z} * {y} + "
              f"{math_fn('log1p', ct)}({math_fn('exp', ct)}(-{math_fn('fabs', ct)}({z})))")))
@@ -244,8 +248,16 @@ def _mse_jvp(b, op, tangents):
     return [b.emit("div", b.emit("mul", total, b.const(2.0, d.type.dtype)), size)]
 
 
+def _mse_batch(b, op, args, batched, n):
+    """mean((a - b) ** 2) over the axes of an example."""
+    r = max(rank(v, f) for v, f in zip(args, batched))
+    x, y = [expand_to(b, v, r) if f else v for v, f in zip(args, batched)]
+    sq = b.emit("square", b.emit("sub", x, y))
+    return [b.emit("mean", sq, axis=list(range(1, r + 1))) if r else sq]
+
+
 register("mse", _mse, operands=("a", "b"), vjp=_mse_vjp, jvp=_mse_jvp, flops=3,
-         doc="mean((a - b) ** 2)")
+         doc="mean((a - b) ** 2)", batch=_mse_batch)
 
 
 # ---- layernorm ------------------------------------------------------------------------
@@ -341,7 +353,11 @@ register("layernorm", _layernorm, operands=("x", "gamma", "beta"),
          options=(AXIS, Option("eps", "float", 1e-5)), vjp=_layernorm_vjp,
          doc="(x - mean) / sqrt(var + eps) * gamma + beta over one axis; a 1-D gamma/beta "
              "lies along that axis",
-         jvp=_layernorm_jvp, flops=8)
+         jvp=_layernorm_jvp, flops=8, batch=lambda b, op, args, batched, n: (
+             unsupported(op, "with gamma or beta that differ between examples")
+             if any(batched[1:]) else
+             [b.emit("layernorm", *args, axis=shift_axis(op.attrs["axis"]),
+                     eps=op.attrs["eps"])]))
 
 
 # ---- take / take_grad / one_hot -------------------------------------------------------
@@ -366,8 +382,39 @@ def _take_vjp(b, op, cts):
     return [b.emit("take_grad", cts[0], idx, axis=axis, shape=table.type.shape), None]
 
 
+def _per_example_rows(b, idx, rows, n):
+    """`idx` (batched) offset by ``k * rows`` for example k: rows of the flattened batch."""
+    offset = b.emit("mul", b.emit("arange", n=n, dtype=idx.type.dtype),
+                    b.const(rows, idx.type.dtype) if isinstance(rows, int) else
+                    b.emit("dim_value", n=rows, dtype=idx.type.dtype))
+    offset = b.emit("reshape", offset, shape=(n,) + (1,) * (idx.type.rank - 1))
+    return b.emit("add", idx, offset)
+
+
+def _take_batch(b, op, args, batched, n):
+    """Shared indices gather from each example's table (the axis shifts); per-example
+    indices into a shared table gather once, the examples landing where the index axes go;
+    both batched gather rows of the flattened batch of tables (axis 0)."""
+    (table, idx), axis = args, op.attrs["axis"]
+    if not batched[1]:
+        return [b.emit("take", table, idx, axis=normalize_axis(axis, rank(table, True)) + 1)]
+    axis = normalize_axis(axis, rank(table, batched[0]))
+    if not batched[0]:
+        out = b.emit("take", table, idx, axis=axis)
+        if axis == 0:
+            return [out]
+        perm = [axis] + [k for k in range(out.type.rank) if k != axis]
+        return [b.emit("transpose", out, perm=perm)]
+    if axis != 0:
+        unsupported(op, "along an axis other than 0 with per-example tables and indices")
+    rows = table.type.shape[1]
+    flat = b.emit("reshape", table, shape=(dim_mul(n, rows),) + tuple(table.type.shape[2:]))
+    return [b.emit("take", flat, _per_example_rows(b, idx, rows, n), axis=0)]
+
+
 register("take", _take, operands=("table", "idx"), options=(Option("axis", "int", 0),),
          traits=("linear",), vjp=_take_vjp, doc="gather along axis", flops=0,
+         batch=_take_batch,
          index_bound=lambda op, size: (op.operands[1], size(op.operands[0],
                                                             op.attrs.get("axis", 0)), False))
 
@@ -387,9 +434,26 @@ def _take_grad_vjp(b, op, cts):
 
 # take_grad(ct, idx; axis, shape): zeros of `shape` into which `ct` is scatter-added at the
 # positions `idx` along `axis` (repeated indices accumulate); take's adjoint.
+def _take_grad_batch(b, op, args, batched, n):
+    """As `take`'s rule, scattering instead of gathering: per-example indices scatter into
+    rows of the flattened batch, reshaped back."""
+    (ct, idx), shape = args, tuple(op.attrs["shape"])
+    axis = normalize_axis(op.attrs["axis"], len(shape))
+    if not batched[1]:
+        return [b.emit("take_grad", ct, idx, axis=axis + 1, shape=(n,) + shape)]
+    if axis != 0:
+        unsupported(op, "along an axis other than 0 with per-example indices")
+    if not batched[0]:
+        ct = b.emit("broadcast_to", ct, shape=(n,) + tuple(ct.type.shape))
+    rows = shape[0]
+    flat = b.emit("take_grad", ct, _per_example_rows(b, idx, rows, n), axis=0,
+                  shape=(dim_mul(n, rows),) + shape[1:])
+    return [b.emit("reshape", flat, shape=(n,) + shape)]
+
+
 register("take_grad", _take_grad, operands=("ct", "idx"),
          options=(Option("axis", "int", 0), Option("shape", "shape")), traits=("linear",),
-         vjp=_take_grad_vjp, flops=0)
+         vjp=_take_grad_vjp, flops=0, batch=_take_grad_batch)
 
 
 def _one_hot(types, attrs):
@@ -403,13 +467,14 @@ def _one_hot(types, attrs):
 register("one_hot", _one_hot, operands=("idx",),
          options=(Option("n", "dim"), Option("dtype", "dtype", "f32")), traits=("no_grad",),
          doc="idx[..., None] == arange(n); an index outside [0, n) gives a zero row", flops=0,
+         batch=leading_rule,
          index_bound=lambda op, size: (op.operands[0], size(op.attrs["n"]), False))
 
 
 # ---- stop_gradient / cast -------------------------------------------------------------
 
 register("stop_gradient", lambda types, attrs: types[0], traits=("no_grad", "elementwise"),
-         doc="the value of x with zero derivative", flops=0,
+         doc="the value of x with zero derivative", flops=0, batch=broadcast_rule,
          cuda=expr(lambda w, ct, dt, op, a: a))
 
 
@@ -445,4 +510,4 @@ def _cast_cuda(w, op):
 
 register("cast", lambda types, attrs: types[0].with_dtype(attrs["dtype"]),
          options=(Option("dtype", "dtype"),), traits=("elementwise",), vjp=_cast_vjp,
-         jvp=_cast_jvp, flops=0, cuda=_cast_cuda)
+         jvp=_cast_jvp, flops=0, cuda=_cast_cuda, batch=broadcast_rule)

@@ -10,6 +10,7 @@ from ..diagnostics import ShapeError
 from ..emit.c import Reduce
 from ..ir.types import TensorType, normalize_axis, num_elements
 from .create import dim_scalar
+from .batching import reduce_rule
 from .registry import Option, register
 
 AXIS_OPTIONS = (Option("axis", "axes", None), Option("keepdims", "bool", False))
@@ -146,29 +147,39 @@ def _float_only(rule):
 # with, then reduce like the op itself. FLOPs: one per operand element, unless said.
 register("sum", _sum_type, options=AXIS_OPTIONS, traits=("reduction", "linear"),
          vjp=_float_only(lambda b, op, ct: [expand_back(b, ct[0], op)]), flops=1,
-         cuda_reduce=Reduce("sum"))
+         cuda_reduce=Reduce("sum"), batch=reduce_rule)
 register("mean", _reduce("mean", "float"), options=AXIS_OPTIONS,
          traits=("reduction", "linear"), vjp=_mean_vjp, flops=1,
-         cuda_reduce=Reduce("sum", mean=True))
+         cuda_reduce=Reduce("sum", mean=True), batch=reduce_rule)
 register("max", _reduce("max", "numeric"), options=AXIS_OPTIONS, traits=("reduction",),
          vjp=_float_only(_extremum_vjp), jvp=_weighted_jvp(_extremum_weight), flops=1,
-         cuda_reduce=Reduce("max"))
+         cuda_reduce=Reduce("max"), batch=reduce_rule)
 register("min", _reduce("min", "numeric"), options=AXIS_OPTIONS, traits=("reduction",),
          vjp=_float_only(_extremum_vjp), jvp=_weighted_jvp(_extremum_weight), flops=1,
-         cuda_reduce=Reduce("min"))
+         cuda_reduce=Reduce("min"), batch=reduce_rule)
 register("logsumexp", _reduce("logsumexp", "float"), options=AXIS_OPTIONS,
          traits=("reduction",), vjp=_logsumexp_vjp, jvp=_weighted_jvp(_softmax_weight),
-         flops=4)
+         flops=4, batch=reduce_rule)
 register("var", _reduce("var", "float"), options=AXIS_OPTIONS, traits=("reduction",),
-         vjp=_var_vjp, jvp=_weighted_jvp(_var_weight), flops=3)
+         vjp=_var_vjp, jvp=_weighted_jvp(_var_weight), flops=3, batch=reduce_rule)
 
 
 def _sum_to(types, attrs):
     return types[0].with_shape(attrs["shape"])
 
 
+def _sum_to_batch(b, op, args, batched, n):
+    # the axes an example has beyond the target are summed first, so that the batch axis
+    # is not taken for one of them
+    x, shape = args[0], tuple(op.attrs["shape"])
+    extra = x.type.rank - 1 - len(shape)
+    if extra > 0:
+        x = b.emit("sum", x, axis=list(range(1, extra + 1)))
+    return [b.emit("sum_to", x, shape=(n,) + shape)]
+
+
 # sum_to(x, shape): sum `x` down to `shape` by NumPy broadcasting rules (the inverse of
 # broadcast_to); the reverse driver uses it to unbroadcast cotangents.
 register("sum_to", _sum_to, options=(Option("shape", "shape"),), traits=("reduction", "linear"),
          vjp=lambda b, op, ct: [b.emit("broadcast_to", ct[0], shape=op.operands[0].type.shape)],
-         flops=1, cuda_reduce=Reduce("sum", to_shape=True))
+         flops=1, cuda_reduce=Reduce("sum", to_shape=True), batch=_sum_to_batch)

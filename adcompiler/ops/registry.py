@@ -17,6 +17,10 @@ instead of matching op names:
 * `cuda`: how a fused CUDA kernel computes the op, ``fn(writer, op) -> local name``
   (`adcompiler.emit.c`), or ``None``: then fusion leaves the op alone. A reduction that may
   close a fused group has `cuda_reduce` instead (`adcompiler.emit.c.Reduce`).
+* `batch(b, op, args, batched, n)`: the op on a batch of `n` examples (the ``batch`` pass,
+  `adc.vmap`). `args` are the new operands, `batched[k]` says whether ``args[k]`` carries
+  the examples on a leading axis (at least one does; the others are shared by all); returns
+  the results, each with the examples on a leading axis. Helpers: `adcompiler.ops.batching`.
 * `index_bound(op, size)`: for an op that takes class labels or indices, the operand that
   holds them, its exclusive upper bound (via ``size(value, axis)``) and whether a value
   outside ``[0, bound)`` is an error, else ``None``. `adc run` draws random labels below it.
@@ -69,6 +73,7 @@ class OpDef:
     cuda: Callable | None = None
     cuda_reduce: Any = None
     index_bound: Callable | None = None
+    batch: Callable | None = None
 
     @property
     def signature(self) -> tuple[str, ...]:
@@ -107,14 +112,14 @@ REGISTRY: dict[str, OpDef] = {}
 
 def register(name: str, infer: Callable, *, operands=("x",), options=(), traits=(),
              vjp=None, jvp=None, doc: str = "", positional=None, flops=None, cuda=None,
-             cuda_reduce=None, index_bound=None) -> OpDef:
+             cuda_reduce=None, index_bound=None, batch=None) -> OpDef:
     """Declare an op with every fact about it. Re-registering a name is an error: one op,
     one place."""
     if name in REGISTRY:
         raise ValueError(f"op {name!r} is already registered")
     d = OpDef(name, infer, tuple(operands), tuple(options), frozenset(traits), vjp, jvp, doc,
               tuple(positional) if positional else None, flops, cuda, cuda_reduce,
-              index_bound)
+              index_bound, batch)
     REGISTRY[name] = d
     return d
 

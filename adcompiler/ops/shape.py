@@ -6,6 +6,7 @@ from ..diagnostics import ShapeError
 
 from ..ir.types import (Dim, TensorType, broadcast_shapes, dim_add, dim_div, dim_mul,
                         num_elements, normalize_axis)
+from .batching import axis_rule, expand_to, unsupported
 from .registry import Option, register
 
 LINEAR = ("linear",)
@@ -31,8 +32,13 @@ def _back_to_operand(b, op, cts):
     return [b.emit("reshape", cts[0], shape=op.operands[0].type.shape)]
 
 
+def _with_batch_shape(b, op, args, batched, n):
+    """An op whose ``shape`` option is an example's shape: the batch's is (n, *shape)."""
+    return [b.emit(op.name, args[0], shape=(n,) + tuple(op.attrs["shape"]))]
+
+
 register("reshape", _reshape, options=(Option("shape", "shape"),), traits=LINEAR,
-         vjp=_back_to_operand, flops=0)
+         vjp=_back_to_operand, flops=0, batch=_with_batch_shape)
 
 
 def _broadcast_to(types, attrs):
@@ -44,7 +50,9 @@ def _broadcast_to(types, attrs):
 
 # the VJP passes the cotangent on: the driver's unbroadcast sums it back to the operand
 register("broadcast_to", _broadcast_to, options=(Option("shape", "shape"),), traits=LINEAR,
-         vjp=lambda b, op, ct: [ct[0]], flops=0)
+         vjp=lambda b, op, ct: [ct[0]], flops=0,
+         batch=lambda b, op, args, batched, n: _with_batch_shape(
+             b, op, [expand_to(b, args[0], len(op.attrs["shape"]))], batched, n))
 
 
 # ---- expand_dims / squeeze ------------------------------------------------------------
@@ -59,7 +67,7 @@ def _expand_dims(types, attrs):
 
 
 register("expand_dims", _expand_dims, options=(Option("axis", "int"),), traits=LINEAR,
-         vjp=_back_to_operand, flops=0)
+         vjp=_back_to_operand, flops=0, batch=axis_rule)
 
 
 def squeezed_axes(t: TensorType, axis) -> tuple[int, ...]:
@@ -80,8 +88,15 @@ def _squeeze(types, attrs):
     return t.with_shape(d for k, d in enumerate(t.shape) if k not in axes)
 
 
+def _squeeze_batch(b, op, args, batched, n):
+    x = args[0]
+    example = x.type.with_shape(x.type.shape[1:])
+    axes = [a + 1 for a in squeezed_axes(example, op.attrs["axis"])]
+    return [b.emit("squeeze", x, axis=axes) if axes else x]
+
+
 register("squeeze", _squeeze, options=(Option("axis", "axes", None),), traits=LINEAR,
-         vjp=_back_to_operand, flops=0)
+         vjp=_back_to_operand, flops=0, batch=_squeeze_batch)
 
 
 # ---- concat / split / stack -----------------------------------------------------------
@@ -115,7 +130,7 @@ def _concat_vjp(b, op, cts):
 
 
 register("concat", _concat, operands=("*xs",), options=(Option("axis", "int", 0),),
-         traits=LINEAR, vjp=_concat_vjp, flops=0)
+         traits=LINEAR, vjp=_concat_vjp, flops=0, batch=axis_rule)
 
 
 def _split(types, attrs):
@@ -139,7 +154,7 @@ def _split_vjp(b, op, cts):
 # split(x; axis, shape): the pieces of `x` along `axis`, whose extents are listed in `shape`
 # (so the executor resolves symbolic extents as it does every `shape`); concat's adjoint.
 register("split", _split, options=(Option("axis", "int"), Option("shape", "shape")),
-         traits=LINEAR, vjp=_split_vjp, flops=0)
+         traits=LINEAR, vjp=_split_vjp, flops=0, batch=axis_rule)
 
 
 def _stack(types, attrs):
@@ -159,7 +174,7 @@ def _stack_vjp(b, op, cts):
 
 
 register("stack", _stack, operands=("*xs",), options=(Option("axis", "int", 0),),
-         traits=LINEAR, vjp=_stack_vjp, flops=0)
+         traits=LINEAR, vjp=_stack_vjp, flops=0, batch=axis_rule)
 
 
 # ---- index / index_grad ---------------------------------------------------------------
@@ -240,8 +255,18 @@ def _index_vjp(b, op, cts):
     return [g] + [None] * len(dyn)
 
 
+def _index_batch(b, op, args, batched, n):
+    """The batch axis is taken whole; an index that differs per example is a gather."""
+    if any(batched[1:]):
+        unsupported(op, "with an index that differs between examples (use take)")
+    attrs = dict(op.attrs, idx=tuple([[None, None, None]] + list(op.attrs["idx"])))
+    if op.name == "index_grad":
+        attrs["shape"] = (n,) + tuple(op.attrs["shape"])
+    return [b.emit(op.name, *args, **attrs)]
+
+
 register("index", _index, operands=("x", "*dyn"), options=(Option("idx", "idx"),),
-         traits=LINEAR, vjp=_index_vjp,
+         traits=LINEAR, vjp=_index_vjp, batch=_index_batch,
          doc="x[...]: entries int (drops an axis), [start, stop, step], '?' (next dyn)", flops=0)
 
 
@@ -263,4 +288,4 @@ def _index_grad_vjp(b, op, cts):
 # of `index` (basic indexing selects each element at most once, so writing is enough).
 register("index_grad", _index_grad, operands=("ct", "*dyn"),
          options=(Option("idx", "idx"), Option("shape", "shape")), traits=LINEAR,
-         vjp=_index_grad_vjp, flops=0)
+         vjp=_index_grad_vjp, flops=0, batch=_index_batch)
