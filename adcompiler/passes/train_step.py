@@ -123,6 +123,8 @@ def build_step(fn: Function, adjoint: Function, wrt: list[str], opt, clip: float
     arg = {a.name: a for a in body.args}
 
     loss, grads = _loss_and_grads(b, adjoint, arg, wrt, batch, k)
+    if loss.name is None and loss.defining_op is not None:
+        loss.name = "loss"
     reserved = {f"grad_{p}" for p in wrt}
     for op in body.walk():  # the program's own values keep other names
         for r in op.results:
@@ -143,16 +145,14 @@ def build_step(fn: Function, adjoint: Function, wrt: list[str], opt, clip: float
                                 for n in norms])
     total = b.emit("sqrt", b.emit("sum", b.emit("mul", stacked, stacked)))
     total.name = "grad_norm"
-    if clip is not None:
-        coef = b.emit("div", b.const(clip, wide), b.emit("add", total, b.const(CLIP_EPS, wide)))
-        coef = b.emit("minimum", coef, b.const(1.0, wide))
-        coef.name = "clip_coef"
-        grads = [b.emit("mul", g, coef if g.type.dtype == wide else
-                        b.emit("cast", coef, dtype=g.type.dtype)) for g in grads]
-
     from ..optim import Scalars
     s = Scalars(b, arg[step_name], opt.lr)
     s.lr64.name = "lr"
+    if clip is not None:
+        coef = b.emit("div", s.const(clip, wide), b.emit("add", total, s.const(CLIP_EPS, wide)))
+        coef = b.emit("minimum", coef, s.const(1.0, wide))
+        coef.name = "clip_coef"
+        grads = [b.emit("mul", g, s.cast(coef, g.type.dtype)) for g in grads]
     new_params, new_slots = [], {}
     for p, g in zip(wrt, grads):
         state = {sl: arg[n] for sl, q, n in slots if q.name == p}
