@@ -27,9 +27,6 @@ FRESH: dict[str, object] = {}
 
 
 OUT_KERNELS: dict[str, Callable] = {}
-# op name -> whether its kernel always returns a new array, never an operand or a view of
-# one (NumPy and CuPy alike): True, False, or ``fn(op) -> bool`` deciding per IR op
-FRESH: dict[str, object] = {}
 OUT_RULES: dict[str, str] = {}
 # the in-place forms that are one elementwise ufunc: each element is read before the same
 # element of ``out`` is written, so ``out`` may be one of the operands
