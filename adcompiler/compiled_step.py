@@ -38,7 +38,6 @@ def train_step(program: Source, optimizer: Optimizer | str, clip: float | None =
     0. `wrt`: the trained inputs (default: the ``param`` inputs). `dtype`: make every float
     this dtype first (``"f64"``). `remat`: a checkpointing policy for the adjoint.
     """
-    from .passes.clone import clone_module
     from .passes.pipeline import parse_pipeline, run_pipeline
     from .passes.scan_inputs import ScanInputs
     from .passes.train_step import TrainStep
@@ -48,10 +47,7 @@ def train_step(program: Source, optimizer: Optimizer | str, clip: float | None =
     if not isinstance(optimizer, Optimizer):
         raise TypeError(f"optimizer must be an adc.optim optimizer or its text, "
                         f"got {type(optimizer).__name__}")
-    module, f = _primal(program, fn)
-    if dtype is not None:
-        from .cli.dtype import to_dtype
-        module = to_dtype(clone_module(module), dtype)
+    module, f = _primal(program, fn, dtype)
     names = (wrt,) if isinstance(wrt, str) else tuple(wrt or ())
     bind = tuple(f"{k}={v}" for k, v in (dims or {}).items())
     step_pass = TrainStep(fn=f.name, wrt=names, clip=clip, accumulate=accumulate,
