@@ -92,8 +92,7 @@ class TrainStep:
         adjoint = module[f"{fn_name}_grad"]
         step = build_step(module[fn_name], adjoint, list(adjoint.attrs["wrt"]), opt,
                           self.clip, self.accumulate, self.name or f"{fn_name}_step")
-        taken = [n for n in module.functions if n == step.name]
-        if taken:
+        if step.name in module:
             raise AdcError(f"the module already has a function '{step.name}'")
         module.add(step)
         return module

@@ -1,0 +1,203 @@
+"""Time one training step (forward, backward, global-norm clipping at 1.0, Adam at 1e-3) of
+the benchmark models with adc and its peers, on the CPU.
+
+    python benchmarks/bench_train.py                   # medium sizes (tens of ms a step)
+    python benchmarks/bench_train.py --size small --steps 1 --repeats 1   # smoke test
+
+Models and sizes are bench_gpu.py's (benchmarks/models/*.tdsl; the same models for the
+peers in peers.py), float32. Runners, where installed:
+
+* adc: ``adc.train_step(model, adc.optim.adam(1e-3), clip=1.0)``, one compiled step program
+  whose parameters and Adam state are updated in place;
+* PyTorch eager: ``zero_grad(); loss.backward(); clip_grad_norm_(params, 1.0);
+  optimizer.step()`` with ``torch.optim.Adam`` (its default implementation on the CPU);
+* ``jax.jit`` of an optax step (``clip_by_global_norm(1.0)`` then ``adam(1e-3)``),
+  parameters and state donated.
+
+Every runner starts from the same parameters and takes the same batch each step, so after
+the same number of steps the losses agree to float32 rounding: the table shows the relative
+difference of the last loss from adc's. Compile time ("compile s") is adc's pass pipeline
+and XLA's compilation, timed with the warm-up steps. The table (Markdown) is printed and
+written to `--out`.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from bench_gpu import SIZES, Clock, header, installed, make_inputs  # noqa: E402
+import peers  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+LR, CLIP = 1e-3, 1.0
+
+
+@dataclass
+class Row:
+    model: str
+    runner: str
+    step_ms: float | None = None
+    compile_s: float | None = None
+    loss: float | None = None     # after warm-up + timed steps
+
+
+def program(model: str, sizes: dict):
+    """The model with its sizes bound (static loop trip counts, as bench_gpu.py does)."""
+    import adcompiler as adc
+    from adcompiler.cli.dtype import bind_dims
+    from adcompiler.passes.clone import clone_module
+    return bind_dims(clone_module(adc.load(str(HERE / "models" / f"{model}.tdsl"))), sizes)
+
+
+def split(model: str, module, sizes: dict) -> tuple[dict, dict]:
+    fn = module[model]
+    inputs = make_inputs(fn, sizes)
+    params = {n: v for n, v in inputs.items() if n in fn.params}
+    return params, {n: v for n, v in inputs.items() if n not in fn.params}
+
+
+def run_adc(model: str, sizes: dict, clock: Clock) -> Row:
+    import adcompiler as adc
+    t0 = time.perf_counter()
+    module = program(model, sizes)
+    step = adc.train_step(module, adc.optim.adam(LR), clip=CLIP)
+    params, batch = split(model, module, sizes)
+    now = {"p": params, "s": step.init(params), "m": None}
+
+    def one():
+        now["p"], now["s"], now["m"] = step(now["p"], now["s"], batch)
+
+    compile_s = time.perf_counter() - t0 + clock.warm(one)
+    row = Row(model, "adc", clock.time(one), compile_s)
+    row.loss = float(now["m"]["loss"])
+    return row
+
+
+def run_torch(model: str, sizes: dict, clock: Clock) -> Row:
+    import torch
+    torch.set_float32_matmul_precision("highest")
+    module = program(model, sizes)
+    params, batch = split(model, module, sizes)
+    names = module[model].arg_names
+    ts = {n: torch.tensor(v, requires_grad=n in params) for n, v in {**params, **batch}.items()}
+    wrt = [ts[n] for n in names if n in params]
+    opt = torch.optim.Adam(wrt, lr=LR)
+    ops = peers.torch_ops()
+    out = {}
+
+    def one():
+        opt.zero_grad()
+        loss = peers.MODELS[model](ops, *[ts[n] for n in names])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(wrt, CLIP)
+        opt.step()
+        out["loss"] = loss
+
+    clock.warm(one)
+    row = Row(model, "torch eager", clock.time(one))
+    row.loss = float(out["loss"].detach())
+    return row
+
+
+def run_jax(model: str, sizes: dict, clock: Clock) -> Row:
+    import jax
+    import jax.numpy as jnp
+    import optax
+    module = program(model, sizes)
+    params, batch = split(model, module, sizes)
+    names = module[model].arg_names
+    ops = peers.jax_ops()
+
+    def loss_fn(p, b):
+        return peers.MODELS[model](ops, *[p[n] if n in p else b[n] for n in names])
+
+    tx = optax.chain(optax.clip_by_global_norm(CLIP), optax.adam(LR))
+
+    def train(p, s, b):
+        loss, g = jax.value_and_grad(loss_fn)(p, b)
+        updates, s = tx.update(g, s, p)
+        return optax.apply_updates(p, updates), s, loss
+
+    t0 = time.perf_counter()
+    jstep = jax.jit(train, donate_argnums=(0, 1))
+    p = {n: jnp.asarray(v) for n, v in params.items()}
+    b = {n: jnp.asarray(v) for n, v in batch.items()}
+    now = {"p": p, "s": tx.init(p), "loss": None}
+
+    def one():
+        now["p"], now["s"], now["loss"] = jstep(now["p"], now["s"], b)
+        jax.block_until_ready(now["loss"])
+
+    clock.warm(one)
+    row = Row(model, "jax.jit + optax", compile_s=time.perf_counter() - t0)
+    row.step_ms = clock.time(one)
+    row.loss = float(now["loss"])
+    return row
+
+
+def _ratio(a, b) -> str:
+    return "-" if a is None or b is None or not b else f"{a / b:.2f}"
+
+
+def table(rows: list[Row]) -> str:
+    lines = ["| model | runner | step ms | compile s | adc step / this | final loss "
+             "| loss rel. diff vs adc |", "|---|---|---:|---:|---:|---:|---:|"]
+    for model in dict.fromkeys(r.model for r in rows):
+        group = [r for r in rows if r.model == model]
+        adc = next((r for r in group if r.runner == "adc"), None)
+        for r in group:
+            mine = r is adc
+            diff = "-" if mine or adc is None or r.loss is None else \
+                f"{abs(r.loss - adc.loss) / max(abs(adc.loss), 1e-30):.1e}"
+            lines.append(
+                f"| {model} | {r.runner} | {r.step_ms:.3f} | "
+                f"{'-' if r.compile_s is None else f'{r.compile_s:.2f}'} | "
+                f"{'-' if mine else _ratio(adc and adc.step_ms, r.step_ms)} | "
+                f"{r.loss:.6g} | {diff} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--size", choices=sorted(SIZES), default="medium")
+    p.add_argument("--steps", type=int, default=10, help="steps per timed block (default 10)")
+    p.add_argument("--repeats", type=int, default=5, help="timed blocks (default 5)")
+    p.add_argument("--warmup", type=int, default=3, help="warm-up steps (default 3)")
+    p.add_argument("--models", default="mlp,transformer_block,deep_mlp")
+    p.add_argument("--runners", default="adc,torch,jax",
+                   help="which runners (those not installed are skipped)")
+    p.add_argument("--out", default=str(HERE / "results-train.md"),
+                   help="Markdown file to write")
+    args = p.parse_args(argv)
+    runners = set(args.runners.split(","))
+    clock = Clock(args.steps, args.repeats, args.warmup)
+    rows: list[Row] = []
+    for model in args.models.split(","):
+        sizes = SIZES[args.size][model]
+        if "adc" in runners:
+            rows.append(run_adc(model, sizes, clock))
+        if "torch" in runners and installed("torch"):
+            rows.append(run_torch(model, sizes, clock))
+        if "jax" in runners and installed("jax") and installed("optax"):
+            rows.append(run_jax(model, sizes, clock))
+        print(f"done: {model}", file=sys.stderr)
+    args.cpu = True
+    head = header(False, args).replace("adc's peak memory row is the gradient step.",
+                                       "One training step: forward, backward, clip, Adam.")
+    text = head + "\n" + table(rows) + "\n"
+    print(text)
+    out = Path(args.out)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
