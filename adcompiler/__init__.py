@@ -83,6 +83,8 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "vmap": ("adcompiler.vectorize", "vmap"),
     # training
     "train_step": ("adcompiler.compiled_step", "train_step"),
+    "train": ("adcompiler.train_loop", "train"),
+    "TrainResult": ("adcompiler.train_loop", "TrainResult"),
     "CompiledStep": ("adcompiler.compiled_step", "CompiledStep"),
     "optim": ("adcompiler.optim", None),
     "TrainStep": ("adcompiler.passes.train_step", "TrainStep"),
@@ -131,6 +133,7 @@ if TYPE_CHECKING:  # static view of the lazy names above, for type checkers and 
     from .vectorize import vmap
     from . import optim
     from .compiled_step import CompiledStep, train_step
+    from .train_loop import TrainResult, train
     from .passes.train_step import TrainStep
     from .diagnostics import AdcError, Loc, RunError, ShapeError, UnboundDimError
     from .emit.dot import emit_dot

@@ -16,6 +16,7 @@ from .commands import cmd_check, cmd_compile, cmd_run, load_or_draw_inputs
 from .forward import (FORWARD_MODES, add_jacobian_command, add_tangents_argument,
                           jacobian_main)
 from .remat import add_remat_arguments, add_remat_curve_command
+from .train import add_train_command
 from ..diagnostics import AdcError, render
 
 EPILOG = "Run 'adc COMMAND --help' for the options of each command."
@@ -138,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.choices["jacobian"].set_defaults(
         func=lambda a: jacobian_main(a, inputs_for=load_or_draw_inputs))
     add_remat_curve_command(sub, _common)
+    add_train_command(sub, _common)
     return parser
 
 

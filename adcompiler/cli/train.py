@@ -1,0 +1,290 @@
+"""``adc train FILE --data TRAIN.npz``: train the ``param`` inputs of a loss function with
+`adcompiler.train_loop.train` (spec §8), showing progress and writing the run's files.
+
+Every option value is checked before anything is read (a bad one exits 2), and the data, the
+initial values and a checkpoint to resume are checked before anything is written, so that a
+mistake leaves the files of an earlier run as they were.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import time
+
+import numpy as np
+
+from ..diagnostics import AdcError
+from .anomaly import add_anomaly_argument
+from .remat import _policy_text
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1, got {v}")
+    return v
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got '{text}'") from None
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got '{text}'")
+    return v
+
+
+def _optimizer(text: str):
+    from ..optim import parse_optimizer
+    try:
+        return parse_optimizer(text)
+    except AdcError as e:
+        raise argparse.ArgumentTypeError(e.message) from None
+
+
+def _schedule(text: str) -> tuple[str, dict]:
+    """``constant``, ``warmup:steps=N`` or ``cosine[:warmup=N,min_lr=X]``."""
+    kind, _, rest = text.partition(":")
+    allowed = {"constant": (), "warmup": ("steps", "start_factor"),
+               "cosine": ("warmup", "min_lr", "start_factor")}
+    if kind not in allowed:
+        raise argparse.ArgumentTypeError(f"unknown schedule '{kind}' (constant, "
+                                         "warmup:steps=N, cosine[:warmup=N,min_lr=X])")
+    opts: dict = {}
+    for item in filter(None, (s.strip() for s in rest.split(","))):
+        key, eq, val = (s.strip() for s in item.partition("="))
+        if not eq or key not in allowed[kind]:
+            raise argparse.ArgumentTypeError(
+                f"schedule '{kind}' has no option '{item}' (options: "
+                f"{', '.join(allowed[kind]) or 'none'})")
+        try:
+            opts[key] = int(val) if key in ("steps", "warmup") else float(val)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{key} must be a number, got '{val}'") from None
+    if kind == "warmup" and "steps" not in opts:
+        raise argparse.ArgumentTypeError("the warmup schedule needs steps=N")
+    return kind, opts
+
+
+def _size(text: str) -> int:
+    from ..memory.sizes import parse_size
+    try:
+        return parse_size(text)
+    except AdcError as e:
+        raise argparse.ArgumentTypeError(e.message) from None
+
+
+def _names(text: str) -> list[str]:
+    names = [w.strip() for w in text.split(",")]
+    if not all(n.isidentifier() for n in names):
+        raise argparse.ArgumentTypeError(f"expected function names separated by commas, "
+                                         f"got '{text}'")
+    return names
+
+
+def add_train_command(subparsers, common) -> None:
+    p = subparsers.add_parser(
+        "train", help="train the param inputs of a loss function on data",
+        description="Train the param inputs of FILE's loss function (a float scalar result) "
+                    "on the arrays of TRAIN.npz, one per non-param input, rows on the "
+                    "leading axis, in shuffled mini-batches. One compiled step runs the "
+                    "forward, the adjoint, clipping and the optimizer update.")
+    common(p, inputs=False)
+    g = p.add_argument_group("data and length")
+    g.add_argument("--data", metavar="TRAIN.npz", required=True,
+                   help="training data: one array per non-param input, by name")
+    g.add_argument("--val", metavar="VAL.npz",
+                   help="validation data, evaluated at each epoch's end with the forward "
+                        "program only")
+    g.add_argument("--metric", metavar="FN,FN", type=_names, default=[],
+                   help="functions of FILE (same inputs as the loss, a scalar result, e.g. "
+                        "an accuracy) to evaluate on --val each epoch")
+    g.add_argument("--batch", metavar="N", type=_positive_int,
+                   help="rows per mini-batch (default: every row, full-batch); the rows "
+                        "left over at an epoch's end are not used")
+    length = g.add_mutually_exclusive_group()
+    length.add_argument("--epochs", metavar="N", type=_positive_int,
+                        help="passes over the data (default 1)")
+    length.add_argument("--steps", metavar="N", type=_positive_int,
+                        help="optimizer steps to take")
+    g.add_argument("--seed", metavar="N", type=int, default=0,
+                   help="seed of the shuffles and of --init-scheme (default 0)")
+    o = p.add_argument_group("optimization")
+    o.add_argument("--optimizer", metavar="NAME:K=V,...", type=_optimizer, default="adam",
+                   help="sgd (lr, momentum, dampening, nesterov, weight_decay or wd), adam or "
+                        "adamw (lr, b1, b2, eps, weight_decay or wd), with torch.optim's "
+                        "formulas and defaults, e.g. adam:lr=1e-3,wd=0.01 (default adam)")
+    o.add_argument("--schedule", metavar="KIND", type=_schedule, default=("constant", {}),
+                   help="learning-rate schedule: constant, warmup:steps=N or "
+                        "cosine[:warmup=N,min_lr=X] (cosine decays over the whole run)")
+    o.add_argument("--clip", metavar="MAX_NORM", type=_positive_float,
+                   help="clip the global gradient norm (torch.nn.utils.clip_grad_norm_)")
+    o.add_argument("--accumulate", metavar="K", type=_positive_int, default=1,
+                   help="micro-batches of --batch rows per step (default 1)")
+    o.add_argument("--precision", choices=("f16", "bf16"),
+                   help="run the program in low precision with f32 master weights and "
+                        "dynamic loss scaling (torch.amp.GradScaler's rules)")
+    o.add_argument("--dtype", choices=("f16", "f32", "f64"),
+                   help="make every float in the program this type, e.g. f64")
+    o.add_argument("--remat", metavar="POLICY", type=_policy_text,
+                   help="checkpointing of the step's adjoint: none, sqrt, revolve:C, "
+                        "budget:SIZE or min-memory")
+    o.add_argument("--memory-budget", metavar="SIZE", type=_size,
+                   help="pick the step's remat schedule whose predicted peak fits SIZE "
+                        "(e.g. 64MiB); reports predicted and measured peak")
+    o.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="where to run: cpu (NumPy, default) or cuda (CuPy)")
+    add_anomaly_argument(p)
+    f = p.add_argument_group("files")
+    f.add_argument("--init", metavar="PARAMS.npz",
+                   help="initial values of the params, by name (default: --init-scheme)")
+    f.add_argument("--init-scheme", choices=("glorot", "kaiming", "normal"), default="glorot",
+                   help="draw the params without --init: glorot (uniform), kaiming (normal, "
+                        "for ReLU) or normal (std 0.01); rank-0 and rank-1 params start at "
+                        "zero (default glorot)")
+    f.add_argument("--save", metavar="PARAMS.npz",
+                   help="write the trained params by name (what --init and adc run --inputs "
+                        "read)")
+    f.add_argument("--checkpoint", metavar="CKPT.npz",
+                   help="write a checkpoint (params, optimizer state, step, RNG state) "
+                        "atomically every --every steps and at the end")
+    f.add_argument("--every", metavar="N", type=_positive_int,
+                   help="steps between checkpoints (default: only at the end)")
+    f.add_argument("--resume", metavar="CKPT.npz",
+                   help="continue a run from its checkpoint: the result is bit-identical to "
+                        "a run that was never interrupted")
+    f.add_argument("--log", metavar="FILE.jsonl",
+                   help="one JSON object per step (and one per validation)")
+    f.add_argument("--plot", metavar="FILE.png",
+                   help="training and validation loss and the gradient norm (matplotlib)")
+    f.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
+                   help="the progress bar on stderr (default auto: when it is a terminal)")
+    p.set_defaults(func=cmd_train, parser=p)
+
+
+def _check_folder(option: str, path: str | None) -> None:
+    if path is None:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise AdcError(f"{option} '{path}': folder '{folder}' does not exist")
+
+
+def _scheduled(opt, kind: str, opts: dict, total: int):
+    from .. import optim
+    lr = opt.lr.lr
+    if kind == "constant":
+        return opt
+    if kind == "warmup":
+        sched = optim.warmup(lr, **opts)
+    else:
+        if opts.get("warmup", 0) >= total:
+            raise AdcError(f"--schedule cosine: warmup={opts['warmup']} is not below the "
+                           f"run's {total} steps")
+        sched = optim.cosine(lr, total, **opts)
+    return dataclasses.replace(opt, lr=sched)
+
+
+def cmd_train(args) -> int:
+    from ..train_data import load_arrays
+    from ..train_loop import train
+    from ..train_report import JsonLog, Progress, plot
+    from .compile import load_module
+    if args.remat and args.memory_budget:
+        raise AdcError("give --remat or --memory-budget, not both")
+    if args.precision and args.dtype:
+        raise AdcError("--precision runs the program in f16 or bf16 with f32 master "
+                       "weights; it does not combine with --dtype")
+    for option, path in (("--save", args.save), ("--checkpoint", args.checkpoint),
+                         ("--log", args.log), ("--plot", args.plot)):
+        _check_folder(option, path)
+    if args.every and not args.checkpoint:
+        raise AdcError("--every needs --checkpoint FILE")
+    module = load_module(args.file)
+    data = load_arrays(args.data, "training data")
+    val = load_arrays(args.val, "validation data") if args.val else None
+    init = load_arrays(args.init, "--init") if args.init else None
+    remat = f"budget:{args.memory_budget}" if args.memory_budget else args.remat
+
+    log = JsonLog(args.log, append=bool(args.resume)) if args.log else None
+    bar = None
+    history, val_hist = [], []
+    started = time.perf_counter()
+
+    def on_step(rec):
+        nonlocal bar
+        if bar is None:
+            bar = Progress(total, rec["step"] - 1, None if args.progress == "auto"
+                           else args.progress == "on")
+        bar.update(rec)
+        history.append(rec)
+        if log:
+            log.write(rec)
+
+    def on_epoch(rec):
+        val_hist.append(rec)
+        if log:
+            log.write(rec)
+        line = "  ".join(f"{k} {v:.4g}" for k, v in rec.items() if k.startswith("val_"))
+        msg = f"epoch {rec['epoch'] + 1}: {line}"
+        bar.write(msg) if bar else print(msg, file=sys.stderr)
+
+    rows = next(iter(data.values())).shape[0] if data else 0
+    per_step = (args.batch or rows) * args.accumulate
+    total = args.steps or max(rows // max(per_step, 1), 1) * (args.epochs or 1)
+    optimizer = _scheduled(args.optimizer, *args.schedule, total)
+    try:
+        with np.errstate(all="ignore"):  # a NaN or an Inf is reported by the loop
+            result = train(
+                module, data, optimizer, fn=args.fn, params=init, batch=args.batch,
+                steps=args.steps, epochs=args.epochs, clip=args.clip,
+                accumulate=args.accumulate, val=val, seed=args.seed,
+                init_scheme=args.init_scheme, dtype=args.dtype, dims=args.bind, remat=remat,
+                device=args.device, precision=args.precision,
+                detect_anomaly=args.detect_anomaly, checkpoint=args.checkpoint,
+                every=args.every, resume=args.resume, on_step=on_step, on_epoch=on_epoch,
+                metrics=tuple(args.metric), wrt=args.wrt, data_name=args.data,
+                val_name=args.val or "validation data", init_name=args.init or "initial params",
+                report=_report_memory if remat and remat != "none" else None)
+    finally:
+        if bar:
+            bar.close()
+        if log:
+            log.close()
+        if args.plot and history:
+            plot(args.plot, history, val_hist)
+    elapsed = time.perf_counter() - started
+    if args.save:
+        from .output import save_npz
+        save_npz(args.save, {k: np.asarray(v) for k, v in result.params.items()})
+    _summary(result, elapsed, per_step)
+    return 0
+
+
+def _report_memory(predicted: int, measured: int, policy: str) -> None:
+    from ..memory.sizes import format_bytes
+    print(f"remat {policy} on the training step: predicted peak {predicted:,} bytes "
+          f"({format_bytes(predicted)}), measured peak {measured:,} bytes "
+          f"({format_bytes(measured)})", file=sys.stderr)
+
+
+def _summary(result, elapsed: float, per_step: int) -> None:
+    h = result.history
+    if not h:
+        print(f"nothing to do: the run had already taken {result.step} steps")
+        return
+    last = h[-1]
+    rate = len(h) * per_step / elapsed if elapsed > 0 else float("inf")
+    line = (f"trained {len(h)} steps (to step {result.step}) in {elapsed:.2f} s, "
+            f"{rate:,.0f} samples/s; final loss {last['loss']:.6g}, "
+            f"grad norm {last['grad_norm']:.4g}")
+    if result.val:
+        line += "; " + ", ".join(f"{k} {v:.6g}" for k, v in result.val[-1].items()
+                                 if k.startswith("val_"))
+    print(line)

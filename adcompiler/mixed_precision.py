@@ -1,0 +1,118 @@
+"""Mixed-precision training (``--precision f16``): the program runs in f16, the parameters
+live in f32 (master weights), and dynamic loss scaling keeps small gradients from flushing
+to zero in f16.
+
+Each step casts the master weights to f16 and runs the adjoint of ``loss * scale`` (the
+loss cast to f32 first, so the scaled loss itself cannot overflow); the f16 gradients are
+cast to f32 and divided by `scale`. When one holds an Inf or a NaN, the step is skipped and
+the scale halves (`loss_scale.LossScaler`, torch.amp.GradScaler's rules). Otherwise the f32
+gradients go to the optimizer: a compiled training step (`adc.train_step`) of the program
+``sum(p * g_p)``, whose gradient with respect to each ``p`` is exactly ``g_p``, so that
+clipping, the norms and the update are those of every other run, in f32.
+
+bf16 needs an IR and kernel dtype that NumPy lacks; it is refused with a message.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from .diagnostics import AdcError
+from .ir.core import Module
+from .loss_scale import LossScaler
+
+
+def _scaled_loss(module: Module, fn_name: str, names: list[str]) -> tuple[Module, str]:
+    """`module` plus ``<fn>_scaled(inputs..., loss_scale: f32) = f32(fn(inputs)) * scale``."""
+    from .api import FunctionBuilder
+    f = module[fn_name]
+    name = f"{fn_name}_scaled"
+    while name in module:
+        name = "_" + name
+    fb = FunctionBuilder(name, {**{a.name: a.type for a in f.args}, "loss_scale": "f32"},
+                         params=names)
+    (loss,) = fb.call(f, fb.block.args[:len(f.args)])
+    if loss.type.dtype != "f32":
+        loss = fb.emit("cast", loss, dtype="f32")
+    out = Module(dict(module.functions))
+    fb.finish(fb.emit("mul", loss, fb.block.args[-1]), module=out)
+    return out, name
+
+
+def _apply_program(types: Mapping[str, Any]) -> str:
+    """TDSL of ``apply(g_p..., param p...) = sum(p * g_p) + ...``: its gradient for each
+    ``p`` is ``g_p``."""
+    def t(ty):
+        return f"f32[{', '.join(map(str, ty.shape))}]" if ty.shape else "f32"
+    args = [f"g_{n}: {t(ty)}" for n, ty in types.items()] + \
+        [f"param {n}: {t(ty)}" for n, ty in types.items()]
+    body = " + ".join(f"sum({n} * g_{n})" for n in types)
+    return f"def apply({', '.join(args)}) -> f32 {{\n    return {body}\n}}\n"
+
+
+class MixedPrecisionStep:
+    """A training step with f16 compute, f32 master weights and dynamic loss scaling; the
+    interface of `adc.train_step`'s steps, plus `scaler`."""
+
+    def __init__(self, module: Module, fn_name: str, names: list[str], optimizer,
+                 precision: str, *, clip=None, accumulate: int = 1, remat=None,
+                 device: str = "cpu", dims=None, detect_anomaly: bool = False):
+        from .cli.dtype import to_dtype
+        from .compiled_step import train_step
+        from .passes.clone import clone_module
+        from .transforms import value_and_grad
+        if precision != "f16":
+            raise AdcError(f"--precision {precision}: only f16 is supported (bf16 has no "
+                           "NumPy kernels here)")
+        if remat:
+            raise AdcError("--precision f16 does not combine with --remat or "
+                           "--memory-budget yet")
+        f = module[fn_name]
+        bad = [n for n in names if f.arg(n).type.dtype != "f32"]
+        if bad:
+            raise AdcError(f"--precision f16 keeps f32 master weights: param '{bad[0]}' is "
+                           f"{f.arg(bad[0]).type}")
+        low = to_dtype(clone_module(module), "f16")
+        scaled, name = _scaled_loss(low, fn_name, names)
+        self.grad = value_and_grad(scaled, name, wrt=list(names), device=device, dims=dims)
+        if detect_anomaly:
+            from .train_setup import anomaly_runner
+            self.grad._runner = anomaly_runner(self.grad.module, self.grad.fn_name, device)
+        types = {n: f.arg(n).type for n in names}
+        self.apply = train_step(_apply_program(types), optimizer, clip=clip, device=device,
+                                dims=dims)
+        self.names, self.accumulate = list(names), accumulate
+        self.scaler = LossScaler()
+        self.module, self.fn_name = self.apply.module, self.apply.fn_name
+
+    @property
+    def _runner(self):
+        return self.apply._runner
+
+    def init(self, params: Mapping[str, Any]) -> dict:
+        return self.apply.init(params)
+
+    def __call__(self, params, state, batch) -> tuple[dict, dict, dict]:
+        scale = self.scaler.scale
+        low = {n: np.asarray(params[n]).astype(np.float16) for n in self.names}
+        k = self.accumulate
+        rows = next(iter(batch.values())).shape[0] // k
+        loss, grads = 0.0, {n: 0.0 for n in self.names}
+        for j in range(k):
+            part = {n: a[j * rows:(j + 1) * rows] for n, a in batch.items()}
+            value, gs = self.grad(**part, **low, loss_scale=np.float32(scale))
+            loss += float(value) / scale / k
+            for n, g in zip(self.names, gs):
+                grads[n] = grads[n] + np.asarray(g, np.float32) / np.float32(scale * k)
+        found_inf = not all(np.isfinite(g).all() for g in grads.values())
+        self.scaler.update(found_inf)
+        if found_inf:
+            metrics = {"loss": np.asarray(loss), "grad_norm": np.asarray(np.inf),
+                       "skipped": np.asarray(1.0), "loss_scale": np.asarray(scale)}
+            return params, state, metrics
+        params, state, metrics = self.apply(params, state, {f"g_{n}": grads[n]
+                                                            for n in self.names})
+        metrics.update(loss=np.asarray(loss), skipped=np.asarray(0.0),
+                       loss_scale=np.asarray(scale))
+        return params, state, metrics

@@ -1,0 +1,191 @@
+"""What a training run reads: the data arrays, their mini-batches, and the initial parameters.
+
+Data (spec §8): one array per non-param input of the loss function, by input name, all with
+the same number of rows (their leading axis). Each epoch draws one permutation of the rows
+from a `numpy.random.Generator` seeded by ``--seed`` and cuts it into ``rows // batch``
+batches; the rows left over at the end of an epoch are not used (every step then has the same
+shapes: one compiled step, one memory plan). With ``batch == rows`` the one batch holds every
+row, so full-batch training does not depend on the shuffle.
+
+Parameters come from ``--init PARAMS.npz`` by name, or are drawn by a scheme from their own
+Generator seeded by ``--seed``: ``glorot`` (uniform in ±sqrt(6 / (fan_in + fan_out))),
+``kaiming`` (normal with std sqrt(2 / fan_in), for ReLU layers) or ``normal`` (std 0.01).
+Fans are the last two axes of a parameter (``x @ W`` with ``W: [in, out]``); parameters of
+rank 0 or 1 (biases, gains) start at zero in every scheme.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from .cli.inputs import DimBinder, _convert, load_data
+from .diagnostics import AdcError
+from .ir.core import Function
+from .ir.types import NUMPY_DTYPE, TensorType, resolve_dim
+
+INIT_SCHEMES = ("glorot", "kaiming", "normal")
+NORMAL_STD = 0.01
+
+
+def param_names(fn: Function, wrt=None) -> list[str]:
+    """The inputs a run trains: `wrt`, or those marked ``param``, in input order."""
+    for n in wrt or ():
+        if n not in fn.arg_names:
+            raise AdcError(f"--wrt: '{n}' is not an input of '{fn.name}' (inputs: "
+                           f"{', '.join(fn.arg_names)})")
+    chosen = set(wrt) if wrt else fn.params
+    names = [a.name for a in fn.args if a.name in chosen]
+    if not names:
+        raise AdcError(f"'{fn.name}' has no input marked param: nothing to train", fn.loc)
+    for n in names:
+        if not fn.arg(n).type.is_float:
+            raise AdcError(f"param '{n}' has type {fn.arg(n).type}: only float inputs can "
+                           "be trained", fn.loc)
+    return names
+
+
+def data_names(fn: Function, params: list[str]) -> list[str]:
+    return [a.name for a in fn.args if a.name not in params]
+
+
+def check_loss(fn: Function) -> None:
+    if len(fn.result_types) != 1 or fn.result_types[0].shape != () \
+            or not fn.result_types[0].is_float:
+        got = ", ".join(map(str, fn.result_types))
+        raise AdcError(f"'{fn.name}' must return one float scalar (the loss) to be trained; "
+                       f"it returns {got}", fn.loc)
+
+
+def load_arrays(path: str, what: str) -> dict[str, np.ndarray]:
+    """The arrays of a ``.npz`` data or parameter file by name (no pickled objects)."""
+    if not path.endswith(".npz"):
+        raise AdcError(f"{what} file '{path}' must be a .npz file")
+    return {k: a for k, (a, _) in load_data(path).items()}
+
+
+def check_data(fn: Function, params: list[str], arrays: Mapping[str, np.ndarray], path: str,
+               binder: DimBinder) -> dict[str, np.ndarray]:
+    """The data inputs of `fn` (those not in `params`) from `arrays`, converted to their
+    declared dtypes, with the same number of rows and trailing axes that match the declared
+    types."""
+    want = data_names(fn, params)
+    for k in arrays:
+        if k not in want:
+            extra = " (a param: give initial values with --init)" if k in params else ""
+            raise AdcError(f"{path}: unknown array '{k}'{extra}; the data inputs of "
+                           f"'{fn.name}' are {', '.join(want) or 'none'}")
+    out, rows = {}, None
+    for name in want:
+        t = fn.arg(name).type
+        if name not in arrays:
+            raise AdcError(f"{path}: missing array '{name}' (data input {t})")
+        a = _convert(name, np.asarray(arrays[name]), False, t, path)
+        if a.ndim != len(t.shape) or a.ndim == 0:
+            raise AdcError(f"{path}: array '{name}' has shape {a.shape}; data input {t} "
+                           "needs the same rank, with the rows on the leading axis")
+        if rows is None:
+            rows = (name, a.shape[0])
+        elif a.shape[0] != rows[1]:
+            raise AdcError(f"{path}: array '{name}' has {a.shape[0]} rows but "
+                           f"'{rows[0]}' has {rows[1]}")
+        trailing = TensorType(t.dtype, t.shape[1:])
+        binder.check_shape(name, a.shape[1:], trailing, path)
+        out[name] = a
+    if rows is None:
+        raise AdcError(f"'{fn.name}' has no data inputs (every input is a param)", fn.loc)
+    return out
+
+
+def bind_batch(fn: Function, params: list[str], batch: int, binder: DimBinder) -> set[str]:
+    """Bind the leading (row) dimension of every data input to `batch`; returns the
+    symbols bound so (evaluation runs other batch sizes)."""
+    rows = set()
+    for name in data_names(fn, params):
+        t = fn.arg(name).type
+        d = t.shape[0]
+        if isinstance(d, int):
+            if d != batch:
+                raise AdcError(f"data input '{name}' is declared {t}: its rows are fixed at "
+                               f"{d}, so --batch must be {d}, not {batch}", fn.loc)
+        elif d.isidentifier():
+            binder.bind(d, batch, "--batch")
+            rows.add(d)
+        elif resolve_dim(d, binder.env) != batch:
+            raise AdcError(f"data input '{name}' is declared {t}: its rows are {d}, which "
+                           f"is not --batch {batch}", fn.loc)
+    return rows
+
+
+def rows_of(data: Mapping[str, np.ndarray]) -> int:
+    return next(iter(data.values())).shape[0]
+
+
+def epoch_batches(rows: int, batch: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """One epoch's batches: row indices of a permutation drawn from `rng`, cut in
+    ``rows // batch`` pieces (full-batch: the rows in order, nothing drawn)."""
+    if batch == rows:
+        return [np.arange(rows)]
+    perm = rng.permutation(rows)
+    return [perm[k * batch:(k + 1) * batch] for k in range(rows // batch)]
+
+
+def take_rows(data: Mapping[str, np.ndarray], idx: np.ndarray) -> dict[str, np.ndarray]:
+    return {k: a[idx] for k, a in data.items()}
+
+
+# ---- parameters -----------------------------------------------------------------------
+
+def param_shapes(fn: Function, names: list[str], env: Mapping[str, int]) -> dict[str, tuple]:
+    out = {}
+    for n in names:
+        t = fn.arg(n).type
+        try:
+            out[n] = tuple(resolve_dim(d, env) for d in t.shape)
+        except KeyError as e:
+            raise AdcError(f"the shape of param '{n}' ({t}) needs dimension {e.args[0]}: "
+                           f"bind it with --bind {e.args[0]}=SIZE or give --init") from None
+    return out
+
+
+def draw_params(fn: Function, names: list[str], env: Mapping[str, int], scheme: str,
+                seed: int) -> dict[str, np.ndarray]:
+    """Initial values of the params by `scheme` (module docstring), drawn in input order."""
+    if scheme not in INIT_SCHEMES:
+        raise AdcError(f"unknown init scheme '{scheme}' (choose from "
+                       f"{', '.join(INIT_SCHEMES)})")
+    rng = np.random.default_rng(seed)
+    out = {}
+    for n, shape in param_shapes(fn, names, env).items():
+        dtype = NUMPY_DTYPE[fn.arg(n).type.dtype]
+        if len(shape) < 2:
+            out[n] = np.zeros(shape, dtype)
+            continue
+        fan_in, fan_out = shape[-2], shape[-1]
+        if scheme == "glorot":
+            a = np.sqrt(6.0 / max(fan_in + fan_out, 1))
+            v = rng.uniform(-a, a, shape)
+        elif scheme == "kaiming":
+            v = rng.standard_normal(shape) * np.sqrt(2.0 / max(fan_in, 1))
+        else:
+            v = rng.standard_normal(shape) * NORMAL_STD
+        out[n] = v.astype(dtype)
+    return out
+
+
+def check_params(fn: Function, names: list[str], arrays: Mapping[str, np.ndarray],
+                 path: str, binder: DimBinder) -> dict[str, np.ndarray]:
+    """Initial values from ``--init``: one array per param, by name, of its declared type."""
+    for k in arrays:
+        if k not in names:
+            raise AdcError(f"{path}: unknown array '{k}'; the params of '{fn.name}' are "
+                           f"{', '.join(names)}")
+    out = {}
+    for n in names:
+        t = fn.arg(n).type
+        if n not in arrays:
+            raise AdcError(f"{path}: missing array '{n}' (param {t})")
+        a = _convert(n, np.asarray(arrays[n]), False, t, path)
+        binder.check_shape(n, a.shape, t, path)
+        out[n] = a
+    return out

@@ -1,0 +1,217 @@
+"""`adc.train`: the training loop behind ``adc train``.
+
+One compiled step (`adc.train_step`: forward, adjoint, clipping and the optimizer update in
+one program) is called on mini-batches drawn as `train_data` describes. The loop adds what a
+run needs around the step: validation each epoch with the forward-only program, checkpoints
+every N steps, resuming, a progress bar, a JSON-lines log, a plot, and stopping at a
+non-finite loss without writing the bad parameters anywhere.
+
+A run interrupted and resumed from a checkpoint ends bit-identical to one that ran through:
+the checkpoint holds the parameters, the optimizer state, the step, the position within the
+epoch, the shuffling Generator's state at the epoch's start, and the loss scaler's state.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from . import checkpoint as ckpt
+from .diagnostics import AdcError
+from .train_data import (DimBinder, bind_batch, check_data, check_loss, check_params,
+                         draw_params, epoch_batches, param_names, rows_of, take_rows)
+
+
+class NonFiniteLoss(AdcError):
+    """The loss of a step was NaN or Inf; the run stopped before keeping that step."""
+
+
+@dataclass
+class TrainResult:
+    params: dict             # the parameters after the last good step, by name
+    state: Any               # the optimizer state after it
+    step: int                # steps taken (counting those of a resumed run)
+    history: list = field(default_factory=list)   # one metrics record per step
+    val: list = field(default_factory=list)       # one record per epoch with validation
+
+
+@dataclass
+class _Position:
+    """Where the loop is: steps taken, the epoch, the next batch in it, and the shuffling
+    Generator's state at the epoch's start (to draw the same permutation again)."""
+    step: int = 0
+    epoch: int = 0
+    batch: int = 0
+    rng_state: dict | None = None
+
+
+def _float(v) -> float:
+    return float(np.asarray(v))
+
+
+def _record(metrics: Mapping, pos: _Position, samples_per_s: float) -> dict:
+    rec = {"step": pos.step, "epoch": pos.epoch}
+    for k, v in metrics.items():
+        a = np.asarray(v)
+        if a.ndim == 0:
+            rec[k] = float(a)
+        elif isinstance(v, Mapping):
+            rec.update({f"{k}/{n}": _float(x) for n, x in v.items()})
+    rec["samples_per_s"] = samples_per_s
+    return rec
+
+
+def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None = None,
+          params: Mapping[str, np.ndarray] | None = None, batch: int | None = None,
+          steps: int | None = None, epochs: int | None = None, clip: float | None = None,
+          accumulate: int = 1, val: Mapping[str, np.ndarray] | None = None, seed: int = 0,
+          init_scheme: str = "glorot", dtype: str | None = None,
+          dims: Mapping[str, int] | None = None, remat: str | None = None,
+          device: str = "cpu", precision: str | None = None, detect_anomaly: bool = False,
+          checkpoint: str | None = None, every: int | None = None,
+          resume: str | None = None, on_step: Callable[[dict], None] | None = None,
+          on_epoch: Callable[[dict], None] | None = None, metrics: tuple[str, ...] = (),
+          wrt=None, data_name: str = "data", val_name: str = "validation data",
+          init_name: str = "initial params",
+          report: Callable[[int, int, str], None] | None = None) -> TrainResult:
+    """Train the ``param`` inputs of `fn` (default: the module's main function) on `data`.
+
+    `data`: one array per non-param input, rows on the leading axis. `params`: initial
+    values by name (default: drawn by `init_scheme` from `seed`). Each step reads
+    `accumulate` mini-batches of `batch` rows (default: every row). Stops after `steps`
+    steps or `epochs` epochs (default one epoch). `val` is evaluated at the end of each
+    epoch by the forward program, with each function named in `metrics` (same inputs as
+    the loss, a scalar result, e.g. an accuracy). `checkpoint` is written every `every` steps and at the
+    end; `resume` continues from a checkpoint. `on_step(record)` and `on_epoch(record)` are
+    called with each step's metrics and each epoch's validation loss. `wrt` names the
+    inputs to train (default: the ``param`` inputs); every other input is data. With a
+    `remat` policy, `report(predicted, measured, policy)` is told the step's peak memory
+    after the first step. The `*_name` arguments name the data in error messages.
+    """
+    from .train_setup import prepare
+    run = prepare(program, fn=fn, dtype=dtype, dims=dims)
+    f = run.fn
+    check_loss(f)
+    names = param_names(f, wrt)
+    binder = DimBinder(dims)
+    data = check_data(f, names, data, data_name, binder)
+    rows = rows_of(data)
+    batch = rows if batch is None else int(batch)
+    if accumulate < 1:
+        raise AdcError(f"accumulate must be at least 1, got {accumulate}")
+    if batch < 1:
+        raise AdcError(f"the batch must hold at least one row, got {batch}")
+    if batch * accumulate > rows:
+        per = f"{accumulate} x {batch}" if accumulate > 1 else f"{batch}"
+        raise AdcError(f"{data_name} has {rows} rows, fewer than one step's batch of {per}")
+    row_dims = bind_batch(f, names, batch, binder)
+    if val is not None:
+        val = check_data(f, names, val, val_name,
+                         DimBinder({k: v for k, v in binder.env.items() if k not in row_dims}))
+    if params is None:
+        params = draw_params(f, names, binder.env, init_scheme, seed)
+    else:
+        params = check_params(f, names, params, init_name, binder)
+    per_epoch = rows // (batch * accumulate)
+    if steps is None:
+        steps = per_epoch * (1 if epochs is None else int(epochs))
+    elif epochs is not None:
+        raise AdcError("give the length of the run as steps or epochs, not both")
+    if every is not None and every < 1:
+        raise AdcError(f"checkpoints every {every} steps: expected at least 1")
+
+    step_fn = run.step(optimizer, names, clip=clip, accumulate=accumulate, remat=remat,
+                       device=device, precision=precision, detect_anomaly=detect_anomaly,
+                       dims=binder.env)
+    state = step_fn.init(params)
+    scaler = getattr(step_fn, "scaler", None)
+    signature = ckpt.model_signature(f.name, params)
+    rng = np.random.default_rng(seed)
+    pos = _Position(rng_state=rng.bit_generator.state)
+    if resume is not None:
+        params, state, pos = _resume(resume, signature, scaler, state)
+        rng.bit_generator.state = pos.rng_state
+    batches = epoch_batches(rows, batch * accumulate, rng)
+    eval_dims = {k: v for k, v in binder.env.items() if k not in row_dims}
+    evaluators = {"val_loss": run.forward(f.name, device, detect_anomaly, eval_dims)}
+    for m in metrics:
+        evaluators[f"val_{m}"] = run.forward(m, device, detect_anomaly, eval_dims)
+    result = TrainResult(params, state, pos.step)
+    from .train_report import Rate
+    rate = Rate()
+
+    def save_checkpoint():
+        meta = {"model": signature, "step": pos.step, "epoch": pos.epoch,
+                "batch": pos.batch, "rng": pos.rng_state,
+                "scaler": scaler.state() if scaler else None}
+        ckpt.save(checkpoint, params, state, meta)
+
+    while pos.step < steps:
+        idx = batches[pos.batch]
+        new_params, new_state, metrics = step_fn(params, state, take_rows(data, idx))
+        loss = _float(metrics["loss"])
+        if not math.isfinite(loss):
+            kept = (f"; the last checkpoint '{checkpoint}' is kept" if checkpoint else "")
+            raise NonFiniteLoss(
+                f"the loss is {loss} at step {pos.step + 1} (epoch {pos.epoch + 1}); "
+                f"training stopped before keeping that step{kept}. Run again with "
+                "--detect-anomaly to find the first op that made a NaN or Inf")
+        params, state = new_params, new_state
+        if report is not None and pos.step == result.step:  # the first step of this run
+            report(*_peaks(step_fn, binder.env), remat)
+        pos.step += 1
+        pos.batch += 1
+        rec = _record(metrics, pos, rate(len(idx)))
+        result.history.append(rec)
+        if on_step:
+            on_step(rec)
+        if pos.batch == len(batches):  # the epoch's end: validation, then a new shuffle
+            if val is not None:
+                vrec = {"step": pos.step, "epoch": pos.epoch,
+                        **{k: _mean(ev, params, val, batch) for k, ev in evaluators.items()}}
+                result.val.append(vrec)
+                if on_epoch:
+                    on_epoch(vrec)
+            pos.epoch += 1
+            pos.batch = 0
+            pos.rng_state = rng.bit_generator.state
+            batches = epoch_batches(rows, batch * accumulate, rng)
+        if checkpoint and ((every and pos.step % every == 0) or pos.step == steps):
+            save_checkpoint()
+    result.params, result.state, result.step = params, state, pos.step
+    return result
+
+
+def _mean(evaluate, params: Mapping, val: Mapping, batch: int) -> float:
+    """A function of the validation data (the loss, a metric): the forward program on
+    batches of `batch` rows (the last one shorter), averaged weighted by their rows (the
+    mean over every row, for a function that is a mean over its rows)."""
+    rows = rows_of(val)
+    total = 0.0
+    for start in range(0, rows, batch):
+        part = {k: a[start:start + batch] for k, a in val.items()}
+        total += _float(evaluate({**params, **part})) * len(next(iter(part.values())))
+    return total / rows
+
+
+def _peaks(step_fn, dims: Mapping[str, int]) -> tuple[int, int]:
+    """The step's peak live memory: predicted from its IR, and measured by its executor."""
+    from .memory.liveness import predict_peak
+    predicted = predict_peak(step_fn.module, step_fn.fn_name, dims).peak_bytes
+    measured = max(ex.peak for ex in step_fn._runner._executors.values())
+    return predicted, measured
+
+
+def _resume(path: str, signature: dict, scaler, template) -> tuple:
+    params, flat, meta = ckpt.load(path)
+    ckpt.check_model(path, meta, signature)
+    state = ckpt.unflatten(template, flat, path)
+    if scaler is not None and meta.get("scaler"):
+        scaler.load_state(meta["scaler"])
+    pos = _Position(int(meta["step"]), int(meta["epoch"]), int(meta["batch"]), meta["rng"])
+    return params, state, pos
+
+
+__all__ = ["train", "TrainResult", "NonFiniteLoss"]
