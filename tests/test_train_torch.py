@@ -29,8 +29,8 @@ def _data():
     rng = np.random.default_rng(11)
     x = rng.random((ROWS, 64))
     labels = rng.integers(0, 10, ROWS)
-    init = {"W1": rng.standard_normal((64, 128)) * 0.1, "b1": rng.standard_normal(128) * 0.1,
-            "W2": rng.standard_normal((128, 10)) * 0.1, "b2": np.zeros(10)}
+    init = {"W1": rng.standard_normal((64, 64)) * 0.1, "b1": rng.standard_normal(64) * 0.1,
+            "W2": rng.standard_normal((64, 10)) * 0.1, "b2": np.zeros(10)}
     return x, labels, init
 
 
