@@ -68,12 +68,7 @@ def save(path: str, params: Mapping[str, np.ndarray], state: Any, meta: dict) ->
     arrays.update({f"state/{k}": v for k, v in flatten(state).items()})
     meta = {"format": FORMAT, "version": VERSION, **meta}
     arrays["meta"] = np.array(json.dumps(meta, sort_keys=True))
-
-    def write(f):
-        np.savez(f, **arrays)
-        f.flush()
-        os.fsync(f.fileno())
-    write_atomic(path, write)
+    write_atomic(path, lambda f: np.savez(f, **arrays))
 
 
 def load(path: str) -> tuple[dict, dict, dict]:
