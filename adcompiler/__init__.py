@@ -67,6 +67,9 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     # running
     "run": ("adcompiler.api", "run"),
     "runner": ("adcompiler.api", "runner"),
+    "blas_threads": ("adc_runtime.threads", "blas_threads"),
+    "set_blas_threads": ("adc_runtime.threads", "set_blas_threads"),
+    "blas_thread_count": ("adc_runtime.threads", "blas_thread_count"),
     # convenience layer
     "grad": ("adcompiler.transforms", "grad"),
     "jvp": ("adcompiler.transforms", "jvp"),
@@ -128,6 +131,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # static view of the lazy names above, for type checkers and IDEs
     from .api import FunctionBuilder, load, parse_ir, parse_tdsl, run, runner, tensor_type
+    from adc_runtime.threads import blas_thread_count, blas_threads, set_blas_threads
     from .transforms import Compiled, function, grad, hvp, jvp, value_and_grad, vjp
     from .derivatives import auto_jacobian, check_grads, hessian, jacfwd, jacrev
     from .vectorize import vmap

@@ -123,9 +123,11 @@ def _array_module(device: str):
 
 
 def runner(module: Module, name: str, device: str = "cpu", donate: bool = False):
-    """An `adc_runtime.executor.Runner` of function `name`: on ``"cuda"`` the module is fused
-    and its groups run as generated kernels, as ``adc run --device cuda`` does. With
-    `donate`, results that replace inputs are written into the input arrays (see `Runner`)."""
+    """An `adc_runtime.executor.Runner` of function `name`: on the CPU through the compiled
+    executor (`adc_runtime.compiled`, bit-identical to the interpreter); on ``"cuda"`` the
+    module is fused and its groups run as generated kernels, as ``adc run --device cuda``
+    does. With `donate`, results that replace inputs are written into the input arrays
+    (see `Runner`)."""
     xp = _array_module(device)
     if device == "cuda":
         from adc_runtime.cuda import runner as cuda_runner
@@ -133,8 +135,9 @@ def runner(module: Module, name: str, device: str = "cpu", donate: bool = False)
         fused = ensure_fused(module)
         r = cuda_runner(fused, name, kernel_specs(fused), xp)
     else:
+        from adc_runtime.compiled import CompiledExecutor
         from adc_runtime.executor import Runner
-        r = Runner(module, name, xp)
+        r = Runner(module, name, xp, lambda dims: CompiledExecutor(module, xp, dims))
     r.donate = donate
     from .labels import label_check
     check = label_check(module[name])

@@ -38,6 +38,16 @@ def _bind(text: str) -> dict[str, int]:
         raise argparse.ArgumentTypeError(e.message) from None
 
 
+def _threads(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number of threads, got '{text}'")
+    return n
+
+
 def _common(p: argparse.ArgumentParser, inputs: bool = True) -> None:
     p.add_argument("file", metavar="FILE", help="a TDSL program (.tdsl) or IR text (.ir, .adcir)")
     p.add_argument("--fn", metavar="NAME", help="the function to use (default: the last def)")
@@ -109,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="make every float in the program this type, e.g. f64")
     r.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="where to run: cpu (NumPy, default) or cuda (CuPy)")
+    r.add_argument("--threads", metavar="N", type=_threads,
+                   help="threads for matrix products (BLAS); default: the BLAS library's "
+                        "own choice (OPENBLAS_NUM_THREADS, OMP_NUM_THREADS or the cores)")
     r.add_argument("--out", metavar="OUT.npz",
                    help="write results (out or out0, out1, ...) and gradients (grad_<input>)")
     r.add_argument("--seed-output", metavar="NAME",

@@ -113,6 +113,9 @@ def cmd_run(args) -> int:
     from .output import save_npz
     from .table import summary
     xp = select_device(args.device)
+    if args.threads:
+        from adc_runtime.threads import set_blas_threads
+        set_blas_threads(args.threads)
     _check_remat_mode(args)
     if args.mode in FORWARD_MODES:
         if xp is not np:

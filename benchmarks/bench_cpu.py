@@ -1,0 +1,315 @@
+"""Gradient steps on the CPU: adc against PyTorch eager and jax.jit, at 1 and 2 threads.
+
+    python benchmarks/bench_cpu.py                       # every workload, 1 and 2 threads
+    python benchmarks/bench_cpu.py --threads 1 --models tiny_mlp mlp_small --repeats 5
+
+A gradient step computes the loss and the gradient of every parameter: adc's
+``value_and_grad`` callable (the compiled executor, `adc_runtime.compiled`; with
+``--interpreter`` also the NumPy interpreter), ``torch.autograd.grad`` in eager mode, and
+``jax.jit(jax.value_and_grad(...))``. Workloads (float32):
+
+* ``mlp_small``: batch 64, 256-256-10, relu, mean cross-entropy on integer labels;
+* ``tiny_mlp``: samples/mlp.tdsl, batch 16, 4-8-3 (about 30 ops: overhead-bound);
+* ``attention``: one head, T 128, D 256, softmax(q kᵀ / 16) v Wo, mean square;
+* ``transformer_block``: benchmarks/models/transformer_block.tdsl, B 2, T 128, D 256,
+  4 heads, F 1024;
+* ``deep_mlp``: benchmarks/models/deep_mlp.tdsl, 64 residual tanh layers, batch 1024,
+  width 64 (a loop in adc, ``unbind`` in PyTorch, ``lax.scan`` in JAX).
+
+Each thread count runs in a child process whose BLAS (threadpoolctl), PyTorch
+(``set_num_threads``) and XLA (``XLA_FLAGS``) are limited to it before anything runs. Times
+are the median over `--repeats` blocks of `--steps` steps after warm-up (adc's compilation
+and jax.jit's tracing happen in the warm-up). "grad diff" is the largest relative
+difference ||g - g_adc|| / ||g_adc|| over the parameters. A column whose framework is not
+installed is left out.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+TINY = (ROOT / "samples" / "mlp.tdsl").read_text()
+MLP_SMALL = """
+def mlp_small(x: f32[B, D], labels: i64[B], param W1: f32[D, H], param b1: f32[H],
+              param W2: f32[H, C], param b2: f32[C]) -> f32 {
+    h = relu(x @ W1 + b1)
+    return mean(cross_entropy(h @ W2 + b2, labels))
+}
+"""
+ATTENTION = """
+def attention(x: f32[T, D], param Wq: f32[D, D], param Wk: f32[D, D], param Wv: f32[D, D],
+              param Wo: f32[D, D]) -> f32 {
+    p = softmax((x @ Wq) @ transpose(x @ Wk) * 0.0625, axis=-1)
+    y = p @ (x @ Wv) @ Wo
+    return mean(y * y)
+}
+"""
+
+# name -> (source, function, sizes, parameters in order, integer inputs -> class count)
+WORKLOADS = {
+    "mlp_small": (MLP_SMALL, "mlp_small", dict(B=64, D=256, H=256, C=10),
+                  ["W1", "b1", "W2", "b2"], {"labels": "C"}),
+    "tiny_mlp": (TINY, "mlp", dict(B=16), ["W1", "b1", "W2", "b2"], {"labels": 3}),
+    "attention": (ATTENTION, "attention", dict(T=128, D=256), ["Wq", "Wk", "Wv", "Wo"], {}),
+    "transformer_block": ((HERE / "models" / "transformer_block.tdsl").read_text(),
+                          "transformer_block", dict(B=2, T=128, D=256, H=4, K=64, F=1024),
+                          ["Wq", "Wk", "Wv", "Wo", "g1", "be1", "W1", "c1", "W2", "c2",
+                           "g2", "be2"], {}),
+    "deep_mlp": ((HERE / "models" / "deep_mlp.tdsl").read_text(), "deep_mlp",
+                 dict(B=1024, D=64, L=64), ["W", "b"], {}),
+}
+
+
+# ---- inputs and peers ------------------------------------------------------------------
+
+def make_inputs(fn, sizes: dict, ints: dict, seed: int = 0) -> dict:
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    out = {}
+    for a in fn.args:
+        shape = tuple(d if isinstance(d, int) else sizes[d] for d in a.type.shape)
+        if a.name in ints:
+            n = ints[a.name] if isinstance(ints[a.name], int) else sizes[ints[a.name]]
+            out[a.name] = rng.integers(0, n, shape).astype(np.int64)
+            continue
+        x = rng.standard_normal(shape)
+        if len(shape) >= 2 and a.name != "x":
+            x *= 0.5 / np.sqrt(shape[-2])
+        elif len(shape) == 1:
+            x = (1.0 if a.name.startswith("g") else 0.0) + 0.1 * x
+        out[a.name] = x.astype(np.float32)
+    return out
+
+
+def peer_loss(name: str, o):
+    """The workload's loss written with the ops table `o` (PyTorch or JAX)."""
+    if name in ("mlp_small", "tiny_mlp"):
+        return lambda x, labels, W1, b1, W2, b2: o.ce(o.relu(x @ W1 + b1) @ W2 + b2, labels)
+    if name == "attention":
+        def attention(x, Wq, Wk, Wv, Wo):
+            p = o.softmax((x @ Wq) @ o.t(x @ Wk) * 0.0625)
+            y = p @ (x @ Wv) @ Wo
+            return o.mean(y * y)
+        return attention
+    sys.path.insert(0, str(HERE))
+    import peers
+    return lambda *a: peers.MODELS[name](o, *a)
+
+
+def torch_table():
+    import torch
+    import torch.nn.functional as F
+    sys.path.insert(0, str(HERE))
+    import peers
+    o = peers.torch_ops()
+    o.ce = lambda z, y: F.cross_entropy(z, y)
+    o.t = lambda a: a.T
+    return o
+
+
+def jax_table():
+    import jax
+    import jax.numpy as jnp
+    sys.path.insert(0, str(HERE))
+    import peers
+    o = peers.jax_ops()
+
+    def ce(z, y):
+        ls = jax.nn.log_softmax(z, axis=-1)
+        return -jnp.mean(jnp.take_along_axis(ls, y[:, None], axis=-1))
+    o.ce = ce
+    o.t = lambda a: a.T
+    return o
+
+
+# ---- one thread count (a child process) ------------------------------------------------
+
+def median_ms(step, steps: int, repeats: int, warmup: int) -> float:
+    for _ in range(warmup):
+        step()
+    per = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        per.append((time.perf_counter() - t0) * 1e3 / steps)
+    return statistics.median(per)
+
+
+def rel_diff(g: dict, ref: dict) -> float:
+    import numpy as np
+    return max(float(np.linalg.norm(np.asarray(g[k], np.float64) - ref[k])
+                     / max(np.linalg.norm(ref[k]), 1e-30)) for k in ref)
+
+
+def child(args) -> dict:
+    """Time every workload at this process's thread count; returns the rows as JSON."""
+    import numpy as np
+    from threadpoolctl import threadpool_info, threadpool_limits
+    threadpool_limits(args.nthreads)
+    import adcompiler as adc
+    from adc_runtime.executor import Runner
+
+    frameworks = {}
+    try:
+        import torch
+        torch.set_num_threads(args.nthreads)
+        frameworks["torch eager"] = torch_table()
+    except ImportError:
+        pass
+    try:
+        import jax
+        jax.config.update("jax_default_matmul_precision", "highest")
+        frameworks["jax.jit"] = jax_table()
+    except ImportError:
+        pass
+    blas = [f"{i.get('internal_api')} {i.get('version')} ({i.get('architecture')}, "
+            f"{i.get('num_threads')} threads)" for i in threadpool_info()
+            if i.get("user_api") == "blas"]
+    rows = []
+    for name in args.models:
+        src, fn_name, sizes, params, ints = WORKLOADS[name]
+        module = adc.parse_tdsl(src, f"{name}.tdsl")
+        fn = module[fn_name]
+        inputs = make_inputs(fn, sizes, ints)
+        vg = adc.value_and_grad(module, fn_name, wrt=params, dims=sizes)
+        ref = {}
+
+        def adc_step():
+            return vg(**inputs)
+
+        loss, grads = adc_step()
+        ref = {k: np.asarray(g, np.float64) for k, g in zip(params, grads)}
+        row = {"model": name, "threads": args.nthreads,
+               "adc": median_ms(adc_step, args.steps, args.repeats, args.warmup)}
+        if args.interpreter:
+            run = Runner(vg.module, vg.fn_name)
+
+            def interp_step():
+                return run(inputs, sizes)
+
+            outs = interp_step()[0]
+            row["adc interpreter"] = median_ms(interp_step, args.steps, args.repeats,
+                                               args.warmup)
+            row["adc interpreter diff"] = rel_diff(dict(zip(params, outs[1:])), ref)
+        for peer, o in frameworks.items():
+            loss_fn = peer_loss(name, o)
+            order = [a.name for a in fn.args]
+            idx = [order.index(p) for p in params]
+            if peer == "torch eager":
+                import torch
+                tin = [torch.from_numpy(inputs[k]) for k in order]
+                for k in idx:
+                    tin[k].requires_grad_(True)
+
+                def step(tin=tin, idx=idx, loss_fn=loss_fn):
+                    out = loss_fn(*tin)
+                    return out, torch.autograd.grad(out, [tin[k] for k in idx])
+
+                _, g = step()
+                g = [t.numpy() for t in g]
+            else:
+                import jax
+                jin = [jax.numpy.asarray(inputs[k]) for k in order]
+                f = jax.jit(jax.value_and_grad(loss_fn, argnums=tuple(idx)))
+
+                def step(f=f, jin=jin):
+                    out = f(*jin)
+                    jax.block_until_ready(out)
+                    return out
+
+                g = [np.asarray(t) for t in step()[1]]
+            row[peer] = median_ms(step, args.steps, args.repeats, args.warmup)
+            row[f"{peer} diff"] = rel_diff(dict(zip(params, g)), ref)
+        rows.append(row)
+        print(f"  {name} at {args.nthreads} thread(s): "
+              + ", ".join(f"{k} {v:.3g}" for k, v in row.items() if isinstance(v, float)),
+              file=sys.stderr, flush=True)
+    return {"rows": rows, "blas": blas,
+            "versions": {"numpy": np.__version__,
+                         **{k: __import__(m).__version__ for k, m in
+                            (("torch", "torch"), ("jax", "jax")) if _has(m)}}}
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+    return importlib.util.find_spec(module) is not None
+
+
+# ---- the parent: one child per thread count, one table ---------------------------------
+
+def table(rows: list[dict]) -> str:
+    peers = [p for p in ("torch eager", "jax.jit") if any(p in r for r in rows)]
+    interp = any("adc interpreter" in r for r in rows)
+    head = ["workload", "threads", "adc ms"]
+    if interp:
+        head += ["interpreter ms"]
+    for p in peers:
+        head += [f"{p} ms", f"adc / {p}", f"grad diff vs {p}"]
+    out = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    for r in rows:
+        cells = [r["model"], str(r["threads"]), f"{r['adc']:.3f}"]
+        if interp:
+            cells.append(f"{r['adc interpreter']:.3f}" if "adc interpreter" in r else "-")
+        for p in peers:
+            if p in r:
+                cells += [f"{r[p]:.3f}", f"{r['adc'] / r[p]:.2f}", f"{r[p + ' diff']:.1e}"]
+            else:
+                cells += ["-", "-", "-"]
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--interpreter", action="store_true",
+                    help="also time adc's NumPy interpreter")
+    ap.add_argument("--out", help="also write the table (Markdown) here")
+    ap.add_argument("--nthreads", type=int, help=argparse.SUPPRESS)  # a child's count
+    args = ap.parse_args(argv)
+    if args.nthreads is not None:
+        print(json.dumps(child(args)))
+        return 0
+    rows, info = [], {}
+    for n in args.threads:
+        env = dict(os.environ, OMP_NUM_THREADS=str(n), OPENBLAS_NUM_THREADS=str(n),
+                   MKL_NUM_THREADS=str(n),
+                   XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen="
+                              + ("true" if n > 1 else "false")
+                              + f" intra_op_parallelism_threads={n}").strip())
+        cmd = [sys.executable, __file__, "--nthreads", str(n), "--steps", str(args.steps),
+               "--repeats", str(args.repeats), "--warmup", str(args.warmup),
+               "--models", *args.models] + (["--interpreter"] if args.interpreter else [])
+        print(f"running at {n} thread(s) ...", file=sys.stderr, flush=True)
+        done = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True, check=True)
+        info = json.loads(done.stdout)
+        rows += info["rows"]
+    versions = ", ".join(f"{k} {v}" for k, v in info.get("versions", {}).items())
+    text = (f"CPU gradient steps, {datetime.date.today()}: {platform.machine()}, "
+            f"{os.cpu_count()} cores; {versions}; BLAS: {'; '.join(info.get('blas', []))}. "
+            f"Median of {args.repeats} x {args.steps} steps after {args.warmup} warm-up "
+            f"steps, float32.\n\n" + table(rows) + "\n")
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

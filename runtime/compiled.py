@@ -1,0 +1,309 @@
+"""The compiled CPU executor: a function run as generated straight-line Python.
+
+`CompiledExecutor` is an `Executor` that, the first time it calls a function, writes the
+function's body as the source of one Python function, compiles it once and runs that on
+every later call with the same binding of the dimensions (a `Runner` keeps one executor per
+binding). What the interpreter decides per op on every call is decided here once:
+
+* each op's kernel, with its attributes bound (``functools.partial``), or the NumPy ufunc
+  itself for elementwise ops whose operands share the result's dtype (the case in which the
+  kernel calls that same ufunc);
+* the planned buffer an op writes into (``out=``), a view of the same arena as the
+  interpreter's (`adc_runtime.buffers`), so the same ops write in place;
+* when each value dies: a ``del`` after its last use frees it as the interpreter would;
+* values that depend on constants only (the seed of the adjoint, its scalings, shapes) are
+  computed once, at code generation, when they are small, never leave the function and
+  are read only by ops that make new arrays (so nothing can write into them);
+* a few kernels specialized to the shapes (`adc_runtime.specialize`), among them
+  cross-entropy and the softmax of its adjoint sharing one pass.
+
+The generated text contains only identifiers made here (``v12``, ``k12``, ``b12``) and
+integer literals; every object it uses (kernels, buffers, ops handed to the interpreter) is
+passed in a namespace, never written into the source. Nothing in a program (value names,
+attributes, file names) can therefore become code.
+
+Ops without a kernel of their own (``for``, ``call``, ``fused``) and the slice checks of
+symbolic axes that fail run through the interpreter (`Executor.run_op`) from the generated
+code. The kernels are the interpreter's, in the same order on the same operands, so
+results are bit-identical; ``tests/test_compiled.py`` compares both on every sample. A
+kernel that rejects its data (a ValueError or IndexError) makes the call run again on the
+interpreter, which reports the op and its line as usual.
+
+The compiled executor does not count live bytes: ``peak_bytes`` is measured by the
+interpreter (``adc run``), which stays the reference.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+
+import numpy
+
+from . import specialize
+from .buffers import returns_new, value_nbytes
+from .executor import ANNOTATION_ATTRS, RunError, SHAPE_ATTRS, Executor, check_slices
+from .kernels import DTYPES, KERNELS, OUT_KERNELS
+from .liveness import last_uses
+
+# built-in ops (deterministic; a plugin's op never is one of these names) evaluated at code
+# generation when their operands are constants
+FOLDABLE = frozenset({
+    "const", "zeros", "ones", "full", "zeros_like", "ones_like", "arange", "dim_value",
+    "neg", "add", "sub", "mul", "div", "sqrt", "reciprocal", "cast", "sum", "mean",
+    "reshape", "broadcast_to", "expand_dims", "squeeze", "transpose",
+})
+FOLD_MAX_BYTES = 1 << 16
+
+# ops whose kernel is this NumPy ufunc when every operand has the result's dtype: the
+# kernel's Python operator or xp.<ufunc> call is the same loop
+UFUNCS = {
+    "neg": numpy.negative, "exp": numpy.exp, "log": numpy.log, "log1p": numpy.log1p,
+    "expm1": numpy.expm1, "sqrt": numpy.sqrt, "abs": numpy.abs, "sin": numpy.sin,
+    "cos": numpy.cos, "tanh": numpy.tanh, "add": numpy.add, "sub": numpy.subtract,
+    "mul": numpy.multiply, "div": numpy.divide, "pow": numpy.power,
+    "maximum": numpy.maximum, "minimum": numpy.minimum, "matmul": numpy.matmul,
+}
+# comparisons: operands of one dtype, a bool result
+COMPARISONS = {
+    "lt": numpy.less, "le": numpy.less_equal, "gt": numpy.greater,
+    "ge": numpy.greater_equal, "eq": numpy.equal, "ne": numpy.not_equal,
+}
+
+_counter = itertools.count()
+
+
+def _fix(r, want):
+    """The interpreter's result check: `r` as an array of dtype `want` unless it is one."""
+    if getattr(r, "dtype", None) != want:
+        r = numpy.asarray(r, dtype=want)
+    return r
+
+
+class _Program:
+    """The generated source of one function and the namespace it runs in."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+        self.ns: dict = {"fix": _fix}
+        self.names: dict = {}  # IR value -> its identifier in the source
+
+    def bind(self, prefix: str, obj) -> str:
+        """A fresh identifier for `obj` in the namespace."""
+        name = f"{prefix}{len(self.ns)}"
+        self.ns[name] = obj
+        return name
+
+    def var(self, v) -> str:
+        name = self.names.get(v)
+        if name is None:
+            name = self.names[v] = f"v{len(self.names)}"
+        return name
+
+
+class CompiledExecutor(Executor):
+    """An `Executor` on NumPy that runs each function as generated code (module doc)."""
+
+    def __init__(self, module, xp=numpy, dims=None, plan_buffers: bool = True):
+        if xp is not numpy:
+            raise ValueError("the compiled executor runs on NumPy")
+        super().__init__(module, xp, dims, plan_buffers)
+        self._programs: dict[int, object] = {}  # id(function) -> its compiled program
+
+    def call(self, fn, arrays: list) -> list:
+        if self.plan_buffers and id(fn) not in self._arenas:
+            self._allocate_arena(fn)
+        program = self._programs.get(id(fn))
+        if program is None:
+            program = self._programs[id(fn)] = self.compile_function(fn)
+        try:
+            return program(*arrays)
+        except (ValueError, IndexError):  # the interpreter names the op and its line
+            return Executor.call(self, fn, arrays)
+
+    # -- code generation ------------------------------------------------------------------
+    def compile_function(self, fn):
+        p = _Program()
+        params = [p.var(a) for a in fn.args]
+        p.lines.append(f"def program({', '.join(params)}):")
+        dead = last_uses(fn.body)
+        # results written into the input they replace (`Executor.donate`): the buffer is that
+        # call's input array, so the input's variable is kept, not a constant
+        self._donated = {r: params[j] for r, j in self._donations.get(id(fn), ())}
+        keep = set(self._donated.values())
+        self._consts = self._fold(fn.body)
+        self._pairs_ce = _softmax_of_cross_entropy(fn.body)
+        self._shared = {}
+        body = []
+        for k, op in enumerate(fn.body.ops):
+            if op.name == "return":
+                outs = ", ".join(p.var(v) for v in op.operands)
+                body.append(f"return [{outs}]")
+                break
+            if op.results and all(r in self._consts for r in op.results):
+                for r in op.results:
+                    p.names[r] = p.bind("c", self._consts[r])
+                continue
+            body += self._op_lines(p, op)
+            gone = [p.var(v) for v in dead.get(k, ())
+                    if v in p.names and v not in self._consts and p.var(v) not in keep]
+            if gone:
+                body.append(f"del {', '.join(gone)}")
+        p.lines += ["    " + line for line in body] or ["    return []"]
+        source = "\n".join(p.lines) + "\n"
+        code = compile(source, f"<adc compiled #{next(_counter)}>", "exec")
+        exec(code, p.ns)  # the source holds generated identifiers only (module doc)
+        program = p.ns["program"]
+        program.source = source
+        return program
+
+    def _fold(self, block) -> dict:
+        """The values of `block` computed at code generation (see the module doc)."""
+        consts: dict = {}
+        returned = set(block.ops[-1].operands) if block.ops else set()
+        for op in block.ops:
+            if (op.name not in FOLDABLE or len(op.results) != 1 or op.regions
+                    or op.name not in KERNELS or op.results[0] in returned
+                    or not all(v in consts for v in op.operands)
+                    or value_nbytes(op.results[0], self.dims) > FOLD_MAX_BYTES):
+                continue
+            attrs = {k: (self._resolve(v) if k in SHAPE_ATTRS else v)
+                     for k, v in op.attrs.items() if k not in ANNOTATION_ATTRS}
+            try:
+                with numpy.errstate(all="raise"):
+                    r = KERNELS[op.name](numpy, *[consts[v] for v in op.operands], **attrs)
+            except (ArithmeticError, ValueError, IndexError, TypeError):
+                continue  # left to run time, where the interpreter reports it
+            consts[op.results[0]] = _fix(r, numpy.dtype(DTYPES[op.results[0].type.dtype]))
+        # a constant read by an op that may return a view of it is computed on each call
+        # (the view could leave the function and be written to)
+        for op in reversed(block.ops):
+            if op.results and all(r in consts for r in op.results):
+                continue
+            if not returns_new(op):
+                for inner in op.walk():
+                    for v in inner.operands:
+                        consts.pop(v, None)
+        return consts
+
+    def _op_lines(self, p: _Program, op) -> list[str]:
+        args = [p.var(v) for v in op.operands]
+        outs = [p.var(r) for r in op.results]
+        special = self._special(p, op, args, outs)
+        if special is not None:
+            return special
+        kern = self._direct(op)
+        if kern is None:
+            return self._via_interpreter(p, op, args, outs)
+        planned = op.results[0] if op.results and op.results[0] in self._views else None
+        if planned is not None:
+            buf = self._donated.get(planned) or p.bind("b", self._views[planned])
+            if kern[0] == "ufunc":
+                k = p.bind("u", kern[1])
+                return [f"{outs[0]} = {k}({', '.join(args)}, out={buf})"]
+            k = p.bind("k", functools.partial(OUT_KERNELS[op.name], numpy, **kern[1]))
+            return [f"{k}({', '.join(args + [f'out={buf}'])})", f"{outs[0]} = {buf}"]
+        if kern[0] == "ufunc":
+            k = p.bind("u", kern[1])
+            return [f"{outs[0]} = {k}({', '.join(args)})"]
+        k = p.bind("k", functools.partial(KERNELS[op.name], numpy, **kern[1]))
+        if len(op.results) == 1:
+            dt = p.bind("d", numpy.dtype(DTYPES[op.results[0].type.dtype]))
+            return [f"{outs[0]} = fix({k}({', '.join(args)}), {dt})"]
+        dts = [p.bind("d", numpy.dtype(DTYPES[r.type.dtype])) for r in op.results]
+        tmp = f"t{len(p.ns)}"
+        p.ns[tmp] = None  # reserves the identifier; the function assigns it as a local
+        return [f"{tmp} = {k}({', '.join(args)})"] + [
+            f"{o} = fix({tmp}[{j}], {dt})" for j, (o, dt) in enumerate(zip(outs, dts))]
+
+    def _special(self, p: _Program, op, args, outs):
+        """Lines for an op with a shape-specialized kernel (`adc_runtime.specialize`), or
+        None. Only for results without a planned buffer (none of these ops has one)."""
+        if op.results and op.results[0] in self._views:
+            return None
+        name = op.name
+        if name == "softmax" and op in self._shared:
+            tmp = self._shared.pop(op)
+            return [f"{outs[0]} = {tmp}", f"del {tmp}"]
+        if name == "cross_entropy" and op in self._pairs_ce:
+            k = p.bind("k", specialize.cross_entropy_softmax(op.operands[0].type.rank))
+            dt = p.bind("d", numpy.dtype(DTYPES[op.results[0].type.dtype]))
+            tmp = f"s{len(p.ns)}"
+            p.ns[tmp] = None  # reserves the identifier (a local of the function)
+            self._shared[self._pairs_ce[op]] = tmp
+            return [f"{outs[0]}, {tmp} = {k}({', '.join(args)})", f"{outs[0]} = fix({outs[0]}, {dt})"]
+        dt = p.bind("d", numpy.dtype(DTYPES[op.results[0].type.dtype])) if op.results else None
+        if name == "sum_to":
+            k = p.bind("k", specialize.sum_to(self._resolve(op.operands[0].type.shape),
+                                              self._resolve(op.attrs["shape"])))
+            return [f"{outs[0]} = fix({k}({args[0]}), {dt})"]
+        if name == "one_hot":
+            k = p.bind("k", specialize.one_hot(self._resolve(op.attrs["n"]),
+                                               DTYPES[op.attrs.get("dtype", "f32")]))
+            return [f"{outs[0]} = fix({k}({args[0]}), {dt})"]
+        return None
+
+    def _direct(self, op):
+        """How the generated code runs `op` itself: ``("ufunc", f)`` or ``("kernel",
+        attrs)``; None when the interpreter must (regions, no kernel, a failing check)."""
+        if op.regions or op.name in ("call", "for", "fused", "yield", "return"):
+            return None
+        if op.name not in KERNELS:
+            return None
+        if op.name in ("index", "index_grad"):
+            try:
+                if op.name == "index":
+                    shape = self._resolve(op.operands[0].type.shape)
+                    check_slices(op.attrs["idx"], op.operands[0].type.shape, shape)
+                else:
+                    check_slices(op.attrs["idx"], op.attrs["shape"],
+                                 self._resolve(op.attrs["shape"]))
+            except RunError:
+                return None  # the interpreter raises it when the op is reached
+        result = [r.type.dtype for r in op.results]
+        operands = {v.type.dtype for v in op.operands}
+        if len(result) == 1 and len(operands) == 1 and not op.attrs:
+            want = result[0]
+            if op.name in UFUNCS and operands == {want} and want in ("f16", "f32", "f64"):
+                return "ufunc", UFUNCS[op.name]
+            if op.name in COMPARISONS and want == "bool":
+                return "ufunc", COMPARISONS[op.name]
+        attrs = {k: (self._resolve(v) if k in SHAPE_ATTRS else v)
+                 for k, v in op.attrs.items() if k not in ANNOTATION_ATTRS}
+        return "kernel", attrs
+
+    def _via_interpreter(self, p: _Program, op, args, outs) -> list[str]:
+        """``run_op`` on an environment of the op's operands and of every outer value its
+        regions read."""
+        env_values = list(dict.fromkeys(
+            [v for inner in op.walk() for v in inner.operands]))
+        entries = []
+        for v in env_values:
+            if v in p.names:
+                entries.append(f"{p.bind('V', v)}: {p.var(v)}")
+        o = p.bind("op", op)
+        run = p.bind("run", self.run_op)
+        env = "{" + ", ".join(entries) + "}"
+        if not outs:
+            return [f"{run}({o}, {env})"]
+        return [f"{', '.join(outs)}, = {run}({o}, {env})"]
+
+
+def _softmax_of_cross_entropy(block) -> dict:
+    """``cross_entropy`` op -> the later ``softmax`` op of the same logits, both along the
+    last axis, for integer labels (the pair reverse mode makes)."""
+    ce: dict = {}
+    pairs: dict = {}
+    for op in block.ops:
+        if op.name == "cross_entropy" and len(op.operands) == 2:
+            z, labels = op.operands
+            rank = z.type.rank
+            if (rank >= 1 and labels.type.dtype in ("i32", "i64")
+                    and op.attrs.get("axis", -1) in (-1, rank - 1)
+                    and z.type.dtype in ("f32", "f64") and z not in ce):
+                ce[z] = op
+        elif op.name == "softmax" and op.operands and op.operands[0] in ce:
+            z = op.operands[0]
+            if op.attrs.get("axis", -1) in (-1, z.type.rank - 1) \
+                    and op.results[0].type.dtype == z.type.dtype:
+                pairs[ce.pop(z)] = op
+    return pairs
