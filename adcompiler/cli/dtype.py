@@ -11,6 +11,7 @@ from typing import Callable, Iterator, Mapping
 from ..ir.core import Block, Module, Op, Value
 from ..ir.types import TensorType, is_float, substitute_dim
 from ..ops import registry
+from ..ops.registry import has_trait
 
 
 def _blocks(block: Block) -> Iterator[Block]:
@@ -29,7 +30,7 @@ def _values(block: Block) -> Iterator[Value]:
 
 def _attr_kinds(op: Op) -> dict[str, str]:
     """Option kind of each attribute of `op` (structural ops have their own fixed kinds)."""
-    if op.name == "for":
+    if has_trait(op, "loop"):
         return {"n": "dim"}
     if op.name in registry.REGISTRY:
         return {o.name: o.kind for o in registry.REGISTRY[op.name].options}

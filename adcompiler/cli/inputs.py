@@ -126,7 +126,7 @@ def function_symbols(fn: Function) -> list[str]:
             if isinstance(d, str):
                 seen.update(dict.fromkeys(dim_symbols(d)))
     for op in fn.walk():
-        if op.name == "for" and isinstance(op.attrs.get("n"), str):
+        if registry.has_trait(op, "loop") and isinstance(op.attrs.get("n"), str):
             seen.update(dict.fromkeys(dim_symbols(op.attrs["n"])))
     return list(seen)
 

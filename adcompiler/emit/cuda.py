@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 from ..ir.core import Function, Module, Op, Value
 from ..ops import registry
+from ..ops.registry import has_trait
 from ..ops.reduce import reduced_axes
 from .c import COMPUTE, PARAM_TYPE, STORAGE, literal, math_fn  # noqa: F401  (re-exported)
 from .names import sanitize
@@ -150,7 +151,7 @@ class _KernelWriter:
             if o is red:
                 self.lines.append(f"return {self.names[o.operands[0]]};")
                 break
-            if o.name == "yield":
+            if has_trait(o, "terminator"):
                 for k, v in enumerate(o.operands):
                     self.lines.append(f"out{k} = {self.names[v]};")
             else:
@@ -182,7 +183,8 @@ def reduction_of(op: Op) -> Op | None:
     """The reduction that closes the ``fused`` op `op`'s group, if one does: the region's
     last op before ``yield``, whose result is the only one yielded."""
     ops = op.regions[0].ops
-    if len(ops) < 2 or ops[-1].name != "yield" or cuda_reduction(ops[-2].name) is None:
+    if len(ops) < 2 or not has_trait(ops[-1], "terminator") \
+            or cuda_reduction(ops[-2].name) is None:
         return None
     red = ops[-2]
     return red if list(ops[-1].operands) == [red.result] else None
@@ -228,7 +230,8 @@ def kernel_spec(op: Op, name: str, where: str = "") -> KernelSpec:
 
 
 def _where(fn: Function, op: Op) -> str:
-    members = ", ".join(o.name for o in op.regions[0].ops if o.name not in ("const", "yield"))
+    members = ", ".join(o.name for o in op.regions[0].ops
+                        if o.operands and not has_trait(o, "terminator"))
     loc = f" at {op.loc.file}:{op.loc.line}:{op.loc.col}" if op.loc is not None else ""
     return f"@{fn.name}{loc}: {members}"
 
@@ -239,7 +242,7 @@ def kernel_specs(module: Module) -> dict[Op, KernelSpec]:
     for fn in module.functions.values():
         k = 0
         for op in fn.walk():
-            if op.name == "fused":
+            if has_trait(op, "group"):
                 out[op] = kernel_spec(op, f"adc_{sanitize(fn.name)}_{k}", _where(fn, op))
                 k += 1
     return out
@@ -247,7 +250,7 @@ def kernel_specs(module: Module) -> dict[Op, KernelSpec]:
 
 def ensure_fused(module: Module) -> Module:
     """`module` itself if it has ``fused`` ops, else the result of the ``fuse`` pass."""
-    if any(op.name == "fused" for fn in module.functions.values() for op in fn.walk()):
+    if any(has_trait(op, "group") for fn in module.functions.values() for op in fn.walk()):
         return module
     from ..passes.fuse import Fuse
     return Fuse()(module)

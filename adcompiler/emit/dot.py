@@ -8,6 +8,7 @@ holds the loop node, its block arguments and its body.
 from __future__ import annotations
 
 from ..ir.core import Block, Function, Module, Op, Value
+from ..ops.registry import has_trait
 
 MAX_ATTR_TEXT = 32  # longer option values are left out of node labels
 
@@ -42,11 +43,11 @@ class _DotEmitter:
             self.node_of[a] = self.node(f"{a.name or 'arg'}\n{a.type}", depth, shape="ellipse")
 
     def op_label(self, op: Op) -> str:
-        if op.name == "call":
+        if has_trait(op, "calls"):
             head = f"call @{op.attrs['callee']}"
         else:
             shown = [f"{k}={v}" for k, v in op.attrs.items()
-                     if len(str(v)) <= MAX_ATTR_TEXT and op.name not in ("for",)]
+                     if len(str(v)) <= MAX_ATTR_TEXT and not has_trait(op, "loop")]
             head = op.name + (" " + " ".join(shown) if shown else "")
         types = ", ".join(str(r.type) for r in op.results)
         return head + (f"\n{types}" if types else "")
@@ -60,10 +61,10 @@ class _DotEmitter:
         """Emit the ops of `block`; returns the node id of its terminator."""
         last = None
         for op in block.ops:
-            if op.name == "for":
+            if has_trait(op, "loop"):
                 self.loop(op, depth)
                 continue
-            shape = "doubleoctagon" if op.name in ("return", "yield") else "box"
+            shape = "doubleoctagon" if has_trait(op, "terminator") else "box"
             nid = last = self.node(self.op_label(op), depth, shape=shape)
             self.inputs(op, nid, depth)
             for r in op.results:

@@ -16,6 +16,8 @@ from ..ir.core import Block, Function, Module, Op
 from ..ir.types import NUMPY_DTYPE, dim_symbols, is_symbol
 from ..ir.verifier import ANNOTATION_ATTRS
 from ..ops import registry
+from ..ops.control import RETURN, YIELD
+from ..ops.registry import has_trait
 from .names import Namer, dim_expr, sanitize
 
 RESERVED = {"np", "K", "dims"}
@@ -90,7 +92,7 @@ def _symbols(fn: Function) -> list[str]:
 
 
 def _dim_attrs(op: Op):
-    if op.name == "for":
+    if has_trait(op, "loop"):
         yield "dim", op.attrs["n"]
         return
     opdef = registry.REGISTRY.get(op.name)
@@ -169,7 +171,7 @@ class _FunctionEmitter:
 
     def block(self, block: Block, depth: int) -> None:
         for op in block.ops:
-            if op.name == "yield":
+            if op.name == YIELD:
                 continue  # the enclosing loop assigns the yielded values
             self.comment(op, depth)
             self.op(op, depth)
@@ -177,17 +179,17 @@ class _FunctionEmitter:
     def op(self, op: Op, depth: int) -> None:
         pad = "    " * depth
         args = [self.name(v) for v in op.operands]
-        if op.name == "return":
+        if op.name == RETURN:
             self.lines.append(f"{pad}return ({', '.join(args)}{',' if len(args) == 1 else ''})")
             return
-        if op.name == "for":
+        if has_trait(op, "loop"):
             self.loop(op, depth)
             return
-        if op.name == "fused":
+        if has_trait(op, "group"):
             self.fused(op, depth)
             return
         outs = ", ".join(self.name(r) for r in op.results)
-        if op.name == "call":
+        if has_trait(op, "calls"):
             callee = op.attrs["callee"]
             call_args = args + (["dims=dims"] if self.needs_dims[callee] else [])
             call = f"{self.fn_names[callee]}({', '.join(call_args)})"
@@ -283,7 +285,7 @@ def _needs_dims(module: Module) -> dict[str, bool]:
         if name not in memo:
             fn = module[name]
             memo[name] = bool(set(_symbols(fn)) - set(_bindable(fn))) or any(
-                needs(op.attrs["callee"]) for op in fn.walk() if op.name == "call")
+                needs(op.attrs["callee"]) for op in fn.walk() if has_trait(op, "calls"))
         return memo[name]
 
     return {name: needs(name) for name in module.functions}

@@ -109,7 +109,8 @@ class Block:
 
     @property
     def terminator(self) -> Op | None:
-        return self.ops[-1] if self.ops and self.ops[-1].name in ("return", "yield") else None
+        from ..ops.registry import has_trait
+        return self.ops[-1] if self.ops and has_trait(self.ops[-1], "terminator") else None
 
     def walk(self) -> Iterator[Op]:
         for op in self.ops:

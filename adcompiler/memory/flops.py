@@ -14,6 +14,7 @@ from typing import Mapping
 from ..ir.core import Block, Function, Module, Op
 from ..ir.types import resolve_dim
 from ..ops import registry
+from ..ops.registry import has_trait
 from .sizes import trip_count
 
 
@@ -23,16 +24,14 @@ def _elements(shape, dims: Mapping[str, int]) -> int:
 
 def op_flops(op: Op, dims: Mapping[str, int], module: Module | None = None) -> int:
     """FLOPs of one execution of `op` (regions and callees included)."""
-    if op.name == "for":
+    if has_trait(op, "loop"):
         n = trip_count(op.attrs["n"], dims) or 0
         return n * block_flops(op.regions[0], dims, module)
-    if op.name == "call":
+    if has_trait(op, "calls"):
         if module is None or op.attrs["callee"] not in module:
             return 0
         return function_flops(module[op.attrs["callee"]], dims, module)
-    if op.name in ("yield", "return"):
-        return 0
-    opdef = registry.REGISTRY.get(op.name)
+    opdef = registry.lookup(op.name)
     count = opdef.flops if opdef is not None else None
     if count is None:
         return sum(_elements(r.type.shape, dims) for r in op.results)
@@ -47,7 +46,7 @@ def block_flops(block: Block, dims: Mapping[str, int], module: Module | None = N
     """FLOPs of `block`; with `only_recompute`, only ops marked ``recompute = true``."""
     total = 0
     for op in block.ops:
-        if op.name == "for":
+        if has_trait(op, "loop"):
             n = trip_count(op.attrs["n"], dims) or 0
             total += n * block_flops(op.regions[0], dims, module, only_recompute)
         elif not only_recompute or op.attrs.get("recompute"):

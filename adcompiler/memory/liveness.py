@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from ..ir.core import Block, Function, Module, Op, Value
+from ..ops.registry import has_trait
 from .sizes import trip_count, value_bytes
 
 
@@ -79,7 +80,7 @@ class _Walk:
         for v in plan.get(-1, ()):
             self.drop(v)
         for k, op in enumerate(block.ops):
-            if op.name in ("return", "yield"):
+            if has_trait(op, "terminator"):
                 for v in plan.get(k, ()):
                     if not keep_results or v not in op.operands:
                         self.drop(v)
@@ -93,7 +94,7 @@ class _Walk:
                 self.drop(v)
 
     def op(self, op: Op) -> None:
-        if op.name == "for":
+        if has_trait(op, "loop"):
             nc = op.attrs["n_carry"]
             ys = sum(value_bytes(r, self.dims) for r in op.results[nc:])
             self._bump(ys)
@@ -101,7 +102,7 @@ class _Walk:
             if n is None or n > 0:
                 self.block(op.regions[0])
             self.live -= ys
-        elif op.name == "call":
+        elif has_trait(op, "calls"):
             callee = self.module.functions[op.attrs["callee"]]
             self.block(callee.body, keep_results=True)
             for v in callee.returned:

@@ -33,6 +33,12 @@ Traits: ``elementwise`` (result broadcasts its operands), ``linear`` (in its flo
 ``no_grad`` (derivative zero or undefined: comparisons, rounding, integer ops),
 ``commutative``, ``reduction``, ``constructor`` (no tensor operands), ``impure`` (never
 removed or merged; no op is impure today).
+
+Structural ops (``for``, ``call``, ``yield``, ``return``, ``fused``; `adcompiler.ops.control`)
+are registered in `STRUCTURAL`, apart from `REGISTRY` (the ops a program calls and a kernel
+computes), with the traits generic passes ask: ``terminator`` (ends a block; never removed),
+``loop`` (a ``for`` with its body region), ``calls`` (runs a function of the module),
+``group`` (a region that runs as one kernel). `lookup` finds either kind.
 """
 from __future__ import annotations
 
@@ -122,6 +128,31 @@ def register(name: str, infer: Callable, *, operands=("x",), options=(), traits=
               index_bound, batch)
     REGISTRY[name] = d
     return d
+
+
+STRUCTURAL: dict[str, OpDef] = {}
+
+
+def register_structural(name: str, *, traits=(), doc: str = "", flops=0) -> OpDef:
+    """Declare a structural op: its checks live in the verifier, its meaning in the passes
+    that ask its traits."""
+    def infer(types, attrs):
+        raise ShapeError(f"'{name}' is structural: its types come from its regions")
+    d = OpDef(name, infer, operands=("*operands",), traits=frozenset(traits), doc=doc,
+              flops=flops)
+    STRUCTURAL[name] = d
+    return d
+
+
+def lookup(name: str) -> OpDef | None:
+    """The definition of op `name`, structural or not; None if there is none."""
+    return REGISTRY.get(name) or STRUCTURAL.get(name)
+
+
+def has_trait(op, trait: str) -> bool:
+    """Whether the IR op `op` has `trait` (False for an op nobody registered)."""
+    d = lookup(op.name)
+    return d is not None and trait in d.traits
 
 
 def get(name: str) -> OpDef:

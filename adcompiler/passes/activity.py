@@ -20,15 +20,14 @@ from dataclasses import dataclass
 
 from ..diagnostics import AdcError
 from ..ir.core import Block, Function, Module, Op, Value
-from ..ops import registry
+from ..ops.control import RETURN
+from ..ops.registry import has_trait
 from .pipeline import FunctionPass, register_pass
 
 
 def _blocks_derivative(op: Op) -> bool:
     """Whether `op` has a zero derivative by declaration."""
-    if op.name == "stop_gradient":
-        return True
-    return op.name in registry.REGISTRY and registry.get(op.name).has("no_grad")
+    return has_trait(op, "no_grad")
 
 
 def _mark(values, into: set[Value]) -> bool:
@@ -40,9 +39,9 @@ def _mark(values, into: set[Value]) -> bool:
 
 def _forward(block: Block, varied: set[Value]) -> None:
     for op in block.ops:
-        if op.name in ("return", "yield") or _blocks_derivative(op):
+        if has_trait(op, "terminator") or _blocks_derivative(op):
             continue
-        if op.name == "for":
+        if has_trait(op, "loop"):
             _forward_loop(op, varied)
         else:
             for region in op.regions:
@@ -66,11 +65,11 @@ def _forward_loop(op: Op, varied: set[Value]) -> None:
 
 def _backward(block: Block, useful: set[Value]) -> None:
     for op in reversed(block.ops):
-        if op.name in ("return", "yield") or _blocks_derivative(op):
+        if has_trait(op, "terminator") or _blocks_derivative(op):
             continue
         if not any(r in useful for r in op.results):
             continue
-        if op.name == "for":
+        if has_trait(op, "loop"):
             _backward_loop(op, useful)
             continue
         for region in op.regions:
@@ -108,7 +107,7 @@ def varied_values(fn: Function, wrt: list[str]) -> set[Value]:
 def useful_values(fn: Function, results: list[Value] | None = None) -> set[Value]:
     if results is None:
         term = fn.body.ops[-1] if fn.body.ops else None
-        if term is None or term.name != "return":
+        if term is None or term.name != RETURN:
             raise ValueError(f"function '{fn.name}' has no return op; pass `results`")
         results = term.operands
     useful: set[Value] = set()

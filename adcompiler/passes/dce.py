@@ -17,25 +17,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir.core import Block, Function, Module, Op, Value
-from ..ops import registry
+from ..ops.registry import has_trait
 from .pipeline import FunctionPass, register_pass
 
 
 def _impure(op: Op, module: Module | None) -> bool:
     """Whether `op` must stay even if its results are unused."""
-    return op.name in ("return", "yield") or _effects(op, module)
+    return has_trait(op, "terminator") or _effects(op, module)
 
 
 def _effects(op: Op, module: Module | None, seen: frozenset = frozenset()) -> bool:
     """Whether `op` or anything it contains or calls is impure (unknown callees are)."""
-    if op.name in ("return", "yield"):
+    if has_trait(op, "terminator"):
         return False
-    if op.name == "call":
+    if has_trait(op, "calls"):
         callee = op.attrs["callee"]
         if module is None or callee not in module or callee in seen:
             return module is None or callee not in module
         return any(_effects(o, module, seen | {callee}) for o in module[callee].walk())
-    if op.name in registry.REGISTRY and registry.get(op.name).has("impure"):
+    if has_trait(op, "impure"):
         return True
     return any(_effects(o, module, seen) for r in op.regions for o in r.ops)
 
@@ -104,10 +104,11 @@ def sweep(block: Block, need: set[Value], module: Module | None) -> None:
         live = any(r in need for r in op.results)
         if not live and not _impure(op, module):
             continue
-        if op.name == "for":
+        loop = has_trait(op, "loop")
+        if loop:
             prune_loop(op, need, module)
         for region in op.regions:
-            if op.name != "for":
+            if not loop:
                 sweep(region, need, module)
             need.update(v for o in region.walk() for v in o.operands)
         need.update(op.operands)

@@ -27,6 +27,7 @@ from ..ir.builder import Builder
 from ..ir.core import Block, Function, Module, Op, Value
 from ..ir.types import TensorType
 from ..ops import registry
+from ..ops.registry import has_trait
 from .activity import analyze_activity
 from .clone import clone_function, clone_module
 from .inline import Inline
@@ -88,7 +89,7 @@ class TangentBuilder:
         b = self.b
         for op in ops:
             op.operands = [self.subst.get(v, v) for v in op.operands]
-            if op.name == "for":
+            if has_trait(op, "loop"):
                 self.loop(op, tans)
                 continue
             b.insert(op)
@@ -96,7 +97,8 @@ class TangentBuilder:
             if all(t is None for t in in_t) or not any(r in self.active for r in op.results):
                 continue
             with b.at(op.loc):
-                out_t = self.call(op, in_t, tans) if op.name == "call" else apply_jvp(b, op, in_t)
+                out_t = (self.call(op, in_t, tans) if has_trait(op, "calls")
+                         else apply_jvp(b, op, in_t))
             for r, t in zip(op.results, out_t):
                 if r in self.active:
                     tans.set(r, t)

@@ -59,10 +59,11 @@ from ..diagnostics import ShapeError
 from ..ir.core import Block, Function, Module, Op, Value
 from ..ir.types import broadcast_shapes
 from ..ops import registry
+from ..ops.control import FUSED, YIELD
+from ..ops.registry import has_trait
 from .clone import clone_op
 from .pipeline import FunctionPass, register_pass
 
-FUSED = "fused"
 
 
 def fusable(op: Op) -> bool:
@@ -84,7 +85,8 @@ def closes(op: Op) -> bool:
 
 def _is_const(v: Value) -> bool:
     d = v.defining_op
-    return d is not None and d.name == "const" and not d.operands
+    return d is not None and not d.operands and registry.lookup(d.name) is not None \
+        and registry.lookup(d.name).cuda is not None
 
 
 class _Group:
@@ -223,7 +225,7 @@ class _BlockFuser:
             body.append(clone_op(c.defining_op, vmap))
         for op in members:
             body.append(clone_op(op, vmap))
-        body.append(Op("yield", [vmap[v] for v in outputs], [], loc=members[-1].loc))
+        body.append(Op(YIELD, [vmap[v] for v in outputs], [], loc=members[-1].loc))
         fused = Op(FUSED, inputs, [v.type for v in outputs], regions=[body],
                    loc=members[0].loc, result_names=[v.name for v in outputs])
         return fused, dict(zip(outputs, fused.results))
@@ -255,7 +257,7 @@ class _BlockFuser:
     def _drop_dead_consts(self, units):
         used = {v for _, op in units for inner in op.walk() for v in inner.operands}
         return [(k, op) for k, op in units
-                if not (op.name == "const" and not op.operands and op.result not in used)]
+                if not (len(op.results) == 1 and op.result not in used and _is_const(op.result))]
 
 
 def _stable_topo(units: list[tuple[int, Op]]) -> list[Op]:
@@ -286,7 +288,7 @@ def _stable_topo(units: list[tuple[int, Op]]) -> list[Op]:
 def fuse_block(block: Block, min_ops: int = 2) -> None:
     """Fuse the elementwise ops of `block` and, first, of the loop bodies inside it."""
     for op in block.ops:
-        if op.name != FUSED:
+        if not has_trait(op, "group"):
             for r in op.regions:
                 fuse_block(r, min_ops)
     _BlockFuser(block).run(min_ops)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from ..diagnostics import AdcError
 from ..ir.core import Block, Function, Module, Op, Value, replace_all_uses
+from ..ops.registry import has_trait
 from .clone import clone_function, clone_op
 from .pipeline import FunctionPass, register_pass
 
@@ -24,7 +25,7 @@ def callees(fn: Function) -> list[str]:
     """Names of the functions `fn` calls (nested regions included), in order, once each."""
     seen: dict[str, None] = {}
     for op in fn.walk():
-        if op.name == "call":
+        if has_trait(op, "calls"):
             seen.setdefault(op.attrs["callee"], None)
     return list(seen)
 
@@ -54,7 +55,7 @@ class Inline(FunctionPass):
         return module
 
     def _should_inline(self, op: Op, module: Module) -> bool:
-        return op.name == "call" and not (
+        return has_trait(op, "calls") and not (
             self.keep_custom and has_custom_rule(module, op.attrs["callee"], self.rules))
 
     def _flat(self, name: str, module: Module, flat: dict[str, Function],

@@ -22,6 +22,7 @@ from ..ir.builder import Builder
 from ..ir.core import Block, Function, Module, Op, Value
 from ..ir.types import TensorType
 from ..ops import registry
+from ..ops.registry import has_trait
 from .activity import analyze_activity
 from .clone import clone_function, clone_module
 from .inline import Inline
@@ -67,9 +68,9 @@ def backprop_ops(b: Builder, ops: list[Op], cts: Cotangents, module: Module) -> 
         if all(c is None for c in out_cts):
             continue
         with b.at(op.loc):
-            if op.name == "for":
+            if has_trait(op, "loop"):
                 in_cts = reverse_loop(b, op, out_cts, cts, module)
-            elif op.name == "call":
+            elif has_trait(op, "calls"):
                 in_cts = call_rule(b, op, out_cts, module)
             else:
                 in_cts = apply_vjp(b, op, out_cts)

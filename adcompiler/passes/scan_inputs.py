@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir.core import Block, Function, Module, Op, Value, replace_all_uses
+from ..ops.registry import has_trait
 from .pipeline import FunctionPass, register_pass
 from .reverse import captured_values
 
@@ -82,7 +83,7 @@ def scan_block(block: Block) -> int:
     for op in block.ops:
         for region in op.regions:
             count += scan_block(region)
-        if op.name == "for":
+        if has_trait(op, "loop"):
             count += scan_loop(op)
     return count
 

@@ -71,8 +71,7 @@ def _boundary(module: Module, fn: Function, born: dict[Value, int]) -> int:
 
 
 def _recomputable(op: Op) -> bool:
-    return (len(op.results) == 1 and not op.regions and op.name in registry.REGISTRY
-            and op.name not in ("for", "call"))
+    return len(op.results) == 1 and not op.regions and op.name in registry.REGISTRY
 
 
 def _transient(module: Module, op: Op, dims) -> int:
@@ -121,7 +120,8 @@ def build_problem(module: Module, fn: str, dims: Mapping[str, int]) -> Problem:
     nbytes = {v: value_bytes(v, dims) for v in born}
     prob = Problem(f, B, ops, born, uses, free, last, clone_times, nbytes,
                    {v: op_flops(v.defining_op, dims, module) for v in clone_times})
-    prob.fixed = [_transient(module, op, dims) if op.name != "return" else 0 for op in ops]
+    prob.fixed = [0 if registry.has_trait(op, "terminator") else _transient(module, op, dims)
+                  for op in ops]
     prob.start_bytes = sum(nbytes[a] for a in f.body.args)
     for v in born:
         if v not in free_set and uses[v]:

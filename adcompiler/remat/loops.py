@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from ..ir.builder import Builder
 from ..ir.core import Block, Function, Op, Value, replace_all_uses, uses
 from ..ir.types import TensorType
+from ..ops.registry import has_trait
 from ..passes.clone import clone_op
 from .binomial import Leaf, Plan, Split
 
@@ -49,10 +50,10 @@ def find_loop_pairs(fn: Function) -> list[LoopPair]:
     table = uses(fn.body)
     pairs = []
     for rev in fn.body.ops:
-        if rev.name != "for" or not rev.attrs["reverse"]:
+        if not has_trait(rev, "loop") or not rev.attrs["reverse"]:
             continue
         xs = rev.operands[rev.attrs["n_carry"]:]
-        fwd = next((v.owner for v in xs if isinstance(v.owner, Op) and v.owner.name == "for"
+        fwd = next((v.owner for v in xs if isinstance(v.owner, Op) and has_trait(v.owner, "loop")
                     and not v.owner.attrs["reverse"] and v.owner.parent is fn.body), None)
         if fwd is None or fwd.attrs["n"] != rev.attrs["n"] or not isinstance(fwd.attrs["n"], int):
             continue
@@ -69,7 +70,7 @@ def find_loop_pairs(fn: Function) -> list[LoopPair]:
 
 def _mark(op: Op) -> None:
     for o in op.walk():
-        if o.name != "yield":
+        if not has_trait(o, "terminator"):
             o.attrs["recompute"] = True
 
 

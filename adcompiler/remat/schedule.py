@@ -26,6 +26,7 @@ from ..diagnostics import AdcError
 from ..ir.core import Function, Module
 from ..memory.liveness import predict_peak
 from ..memory.sizes import format_bytes, value_bytes
+from ..ops.registry import has_trait
 from ..passes.clone import clone_module
 from ..passes.dce import dce_function
 from .binomial import Leaf, Plan, binomial_plan, cost, sqrt_plan
@@ -183,7 +184,7 @@ def schedule(module: Module, policy: str | Policy, fn: str = "",
 
 def _note_skipped(f: Function, sched: Schedule) -> None:
     for op in f.body.ops:
-        if op.name == "for" and op.attrs["reverse"] and not isinstance(op.attrs["n"], int):
+        if has_trait(op, "loop") and op.attrs["reverse"] and not isinstance(op.attrs["n"], int):
             sched.notes.append(f"loop at {op.loc}: trip count {op.attrs['n']} is symbolic; "
                                f"its residuals are stored in full (adc compile: bind it "
                                f"with --bind; adc run binds it from the inputs)")

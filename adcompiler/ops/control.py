@@ -1,0 +1,27 @@
+"""Structural ops: loops, calls, block terminators and fused groups. They carry regions or
+end them rather than compute values from operands, so each pass that understands them asks
+their traits (`registry.has_trait`); the names below are the only place they are spelled.
+
+* ``for(inits..., xs...) {n, n_carry, reverse}``: a loop whose body takes the index, the
+  carried values and one slice of each scanned input, and yields the next carries and the
+  slices to stack (trait ``loop``);
+* ``call(args...) {callee}``: runs another function of the module (trait ``calls``);
+* ``yield(values...)`` ends a loop body or a fused region, ``return(values...)`` a function
+  (trait ``terminator``);
+* ``fused(inputs...)``: a group of ops with CUDA formulas that runs as one kernel; its
+  region computes exactly what the ops computed (trait ``group``; `adcompiler.passes.fuse`).
+"""
+from __future__ import annotations
+
+from .registry import register_structural
+
+FOR, CALL, YIELD, RETURN, FUSED = "for", "call", "yield", "return", "fused"
+
+register_structural(FOR, traits=("loop",), doc="a loop over a body region")
+register_structural(CALL, traits=("calls",), doc="a call of a function of the module")
+register_structural(YIELD, traits=("terminator",), doc="ends a loop body or fused region")
+register_structural(RETURN, traits=("terminator",), doc="ends a function body")
+# FLOPs (`adcompiler.memory.flops`): a loop n times its body, a call its callee, a
+# terminator nothing; a fused group one per result element (as an op of unknown cost)
+register_structural(FUSED, traits=("group",), doc="a group of ops run as one kernel",
+                    flops=None)
