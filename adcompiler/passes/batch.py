@@ -56,13 +56,13 @@ class Batcher:
         """Rewrite every op of `block` but its terminator into `b`'s block."""
         for op in block.ops[:-1]:
             with b.at(op.loc):
-                if op.name == "for":
+                if registry.has_trait(op, "loop"):
                     self.loop(b, op)
                 else:
                     self.op(b, op)
 
     def op(self, b: Builder, op: Op) -> None:
-        if op.regions or op.name == "call":
+        if op.regions or registry.has_trait(op, "calls"):
             raise AdcError(f"batch: cannot batch '{op.name}' (calls are inlined first)",
                            op.loc)
         args = [self.env[v] for v in op.operands]
