@@ -18,6 +18,7 @@ from ..diagnostics import AdcError, Loc, RunError
 from ..ir.core import Function
 from ..ir.types import NUMPY_DTYPE, TensorType, dim_symbols, is_symbol, resolve_dim
 from ..labels import index_bounds
+from ..ops.registry import has_trait
 
 RANDOM_INT_HIGH = 2      # integer inputs with no known range are drawn from [0, 2)
 DEFAULT_DIM = 4          # size of a symbolic dimension nothing binds, in a random-input run
@@ -126,7 +127,7 @@ def function_symbols(fn: Function) -> list[str]:
             if isinstance(d, str):
                 seen.update(dict.fromkeys(dim_symbols(d)))
     for op in fn.walk():
-        if registry.has_trait(op, "loop") and isinstance(op.attrs.get("n"), str):
+        if has_trait(op, "loop") and isinstance(op.attrs.get("n"), str):
             seen.update(dict.fromkeys(dim_symbols(op.attrs["n"])))
     return list(seen)
 
