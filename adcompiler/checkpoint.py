@@ -24,9 +24,14 @@ FORMAT = "adc-checkpoint"
 VERSION = 1
 
 
+def host(a) -> np.ndarray:
+    """`a` as a NumPy array (a CuPy array is copied to the host)."""
+    return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
+
+
 def model_signature(fn_name: str, params: Mapping[str, np.ndarray]) -> dict:
     return {"fn": fn_name,
-            "params": {k: [list(np.shape(v)), str(np.asarray(v).dtype)]
+            "params": {k: [list(v.shape), str(v.dtype)]
                        for k, v in params.items()}}
 
 
@@ -37,7 +42,7 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, np.ndarray]:
     elif isinstance(tree, (list, tuple)):
         items = [(str(k), v) for k, v in enumerate(tree)]
     else:
-        return {prefix.rstrip("/"): np.asarray(tree)}
+        return {prefix.rstrip("/"): host(tree)}
     out: dict[str, np.ndarray] = {}
     for k, v in items:
         out.update(flatten(v, f"{prefix}{k}/"))
@@ -55,7 +60,7 @@ def unflatten(template: Any, flat: Mapping[str, np.ndarray], path: str, prefix: 
     if key not in flat:
         raise AdcError(f"checkpoint '{path}': optimizer state '{key}' is missing (saved "
                        "with another optimizer?)")
-    got, want = flat[key], np.asarray(template)
+    got, want = flat[key], host(template)
     if got.shape != want.shape or got.dtype != want.dtype:
         raise AdcError(f"checkpoint '{path}': optimizer state '{key}' is {got.dtype}"
                        f"{list(got.shape)}, this run's is {want.dtype}{list(want.shape)}")
@@ -64,7 +69,7 @@ def unflatten(template: Any, flat: Mapping[str, np.ndarray], path: str, prefix: 
 
 def save(path: str, params: Mapping[str, np.ndarray], state: Any, meta: dict) -> None:
     """Write a checkpoint atomically (module docstring)."""
-    arrays = {f"param/{k}": np.asarray(v) for k, v in params.items()}
+    arrays = {f"param/{k}": host(v) for k, v in params.items()}
     arrays.update({f"state/{k}": v for k, v in flatten(state).items()})
     meta = {"format": FORMAT, "version": VERSION, **meta}
     arrays["meta"] = np.array(json.dumps(meta, sort_keys=True))

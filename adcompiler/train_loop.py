@@ -48,17 +48,15 @@ class _Position:
 
 
 def _float(v) -> float:
-    return float(np.asarray(v))
+    return float(ckpt.host(v))
 
 
 def _record(metrics: Mapping, pos: _Position, samples_per_s: float) -> dict:
     rec = {"step": pos.step, "epoch": pos.epoch}
-    for k, v in metrics.items():
-        a = np.asarray(v)
+    for k, v in metrics.items():   # 0-d arrays: loss, grad_norm, grad_norm_<p>, lr, ...
+        a = ckpt.host(v)
         if a.ndim == 0:
             rec[k] = float(a)
-        elif isinstance(v, Mapping):
-            rec.update({f"{k}/{n}": _float(x) for n, x in v.items()})
     rec["samples_per_s"] = samples_per_s
     return rec
 

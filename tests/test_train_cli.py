@@ -313,6 +313,10 @@ def test_bad_data_is_a_named_error_and_files_stay(tmp_path, capsys, mlp_data, ar
     (["--steps", "3", "--epochs", "2"], "not allowed with argument"),
     (["--learning-rate", "3"], "unrecognized arguments: --learning-rate"),
     (["--memory-budget", "lots"], "bad memory size 'lots'"),
+    (["--every", "5"], "--every needs --checkpoint FILE"),
+    (["--remat", "sqrt", "--memory-budget", "1MiB"], "give --remat or --memory-budget"),
+    (["--precision", "f16", "--dtype", "f64"], "does not combine with --dtype"),
+    (["--metric", "acc-uracy"], "expected names separated by commas"),
 ])
 def test_bad_options_exit_2(capsys, mlp_data, option, message):
     with pytest.raises(SystemExit) as e:

@@ -25,7 +25,7 @@ EPILOG = "Run 'adc COMMAND --help' for the options of each command."
 def _wrt(text: str) -> list[str]:
     names = [w.strip() for w in text.split(",")]
     if not all(n.isidentifier() for n in names):
-        raise argparse.ArgumentTypeError(f"expected input names separated by commas, "
+        raise argparse.ArgumentTypeError(f"expected names separated by commas, "
                                          f"got '{text}'")
     return names
 
@@ -152,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.choices["jacobian"].set_defaults(
         func=lambda a: jacobian_main(a, inputs_for=load_or_draw_inputs))
     add_remat_curve_command(sub, _common)
-    add_train_command(sub, _common)
+    add_train_command(sub, _common, _wrt)
     return parser
 
 

@@ -80,15 +80,9 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(e.message) from None
 
 
-def _names(text: str) -> list[str]:
-    names = [w.strip() for w in text.split(",")]
-    if not all(n.isidentifier() for n in names):
-        raise argparse.ArgumentTypeError(f"expected function names separated by commas, "
-                                         f"got '{text}'")
-    return names
-
-
-def add_train_command(subparsers, common) -> None:
+def add_train_command(subparsers, common, names_list) -> None:
+    """``adc train``; `common(p, inputs=False)` adds the common options, `names_list` parses
+    a comma-separated list of names."""
     p = subparsers.add_parser(
         "train", help="train the param inputs of a loss function on data",
         description="Train the param inputs of FILE's loss function (a float scalar result) "
@@ -102,7 +96,7 @@ def add_train_command(subparsers, common) -> None:
     g.add_argument("--val", metavar="VAL.npz",
                    help="validation data, evaluated at each epoch's end with the forward "
                         "program only")
-    g.add_argument("--metric", metavar="FN,FN", type=_names, default=[],
+    g.add_argument("--metric", metavar="FN,FN", type=names_list, default=[],
                    help="functions of FILE (same inputs as the loss, a scalar result, e.g. "
                         "an accuracy) to evaluate on --val each epoch")
     g.add_argument("--batch", metavar="N", type=_positive_int,
@@ -197,15 +191,15 @@ def cmd_train(args) -> int:
     from ..train_report import JsonLog, Progress, plot
     from .compile import load_module
     if args.remat and args.memory_budget:
-        raise AdcError("give --remat or --memory-budget, not both")
+        args.parser.error("give --remat or --memory-budget, not both")
     if args.precision and args.dtype:
-        raise AdcError("--precision runs the program in f16 or bf16 with f32 master "
-                       "weights; it does not combine with --dtype")
+        args.parser.error("--precision keeps f32 master weights and runs the program in low "
+                          "precision; it does not combine with --dtype")
+    if args.every and not args.checkpoint:
+        args.parser.error("--every needs --checkpoint FILE")
     for option, path in (("--save", args.save), ("--checkpoint", args.checkpoint),
                          ("--log", args.log), ("--plot", args.plot)):
         _check_folder(option, path)
-    if args.every and not args.checkpoint:
-        raise AdcError("--every needs --checkpoint FILE")
     module = load_module(args.file)
     data = load_arrays(args.data, "training data")
     val = load_arrays(args.val, "validation data") if args.val else None
@@ -262,7 +256,8 @@ def cmd_train(args) -> int:
     elapsed = time.perf_counter() - started
     if args.save:
         from .output import save_npz
-        save_npz(args.save, {k: np.asarray(v) for k, v in result.params.items()})
+        from ..checkpoint import host
+        save_npz(args.save, {k: host(v) for k, v in result.params.items()})
     _summary(result, elapsed, per_step)
     return 0
 
