@@ -95,3 +95,31 @@ def test_sqrt_plan_segments():
     assert starts == [8, 16, 24, 32, 40, 48, 56]
     uneven = sqrt_plan(10)
     assert advances(uneven) == 8 and tape_length(uneven) == 3  # segments 3, 3, 2, 2
+
+
+def test_split_point_is_optimal_for_long_chains():
+    """The closed-form first checkpoint reaches t(l, c): checked on both sides with the
+    closed form (the exhaustive recursion above pins the closed form itself)."""
+    from adcompiler.remat.binomial import split_point
+    for c in range(1, 9):
+        for l in list(range(2, 400)) + [997, 1000, 4096, 10**4 + 7]:
+            m = split_point(l, c)
+            assert 1 <= m < l
+            right = min_advances(l - m, c - 1) if c > 1 else (0 if l - m == 1 else None)
+            assert right is not None and m + right + min_advances(m, c) == min_advances(l, c)
+
+
+@pytest.mark.parametrize("c", [1, 2, 5, 100_000])
+def test_plans_of_a_hundred_thousand_steps_build_without_recursion(c):
+    n = 100_000
+    plan = binomial_plan(n, c)
+    assert advances(plan) == min_advances(n, min(c, n)) == closed_form(n, min(c, n))
+    assert slots(plan) == min(c, n - 1) and tape_length(plan) == 1
+
+
+def test_block_plans_and_sqrt_of_a_million_steps():
+    plan = binomial_plan(100_000, 3, 7)       # tapes of 7 steps: 14,286 blocks
+    assert tape_length(plan) == 7 and slots(plan) == 3
+    assert advances(plan) == cost(100_000, 3, 7) == 7 * closed_form(14_286, 3)
+    big = sqrt_plan(10**6)
+    assert (advances(big), slots(big), tape_length(big)) == (999_000, 999, 1000)

@@ -100,3 +100,18 @@ def test_symbolic_trip_count_bound_from_the_inputs(tmp_path):
     stats = json.loads(out.read_text())
     assert stats["loops"][0]["recomputed_steps"] == 4
     assert stats["peak_bytes_measured"] == stats["peak_bytes_predicted"]
+
+
+def test_rnn_of_350_steps_under_min_memory_and_budget():
+    """Chains of a few hundred steps used to exhaust Python's recursion limit."""
+    from adcompiler.memory import predict_peak
+    from adcompiler.remat.schedule import schedule
+    comp = compile_program(str(SAMPLES / "rnn.tdsl"), "reverse", bind={"T": 350})
+    from adcompiler.cli_dtype import bind_dims
+    module = bind_dims(comp.module, {"T": 350})
+    lo = schedule(module, "min-memory", comp.run_name, {"T": 350})
+    floor = predict_peak(lo.module, comp.run_name, {"T": 350}).peak_bytes
+    assert lo.plans[0] and lo.rewrites[0].recomputed_steps == 350 * 349 // 2
+    mid = schedule(module, f"budget:{floor + 2000}", comp.run_name, {"T": 350})
+    assert predict_peak(mid.module, comp.run_name, {"T": 350}).peak_bytes <= floor + 2000
+    assert mid.rewrites[0].recomputed_steps < 350 * 349 // 2

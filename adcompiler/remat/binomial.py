@@ -11,13 +11,17 @@ A chain of ``l`` steps is reversed with ``c`` checkpoint slots. What is counted:
   (the initial sweep's advances included, as the final leaf is taped by that sweep).
 
 For ``leaf = 1`` the minimum has the closed form ``t(l, c) = r*l - beta(c+1, r-1)`` with
-``beta(c, r) = binom(c+r, c)`` and ``beta(c, r-1) < l <= beta(c, r)``.
+``beta(c, r) = binom(c+r, c)`` and ``beta(c, r-1) < l <= beta(c, r)``, and an optimal first
+checkpoint has the closed form of `split_point`, so a plan is built in O(l) without search.
+Tapes of ``leaf = L`` steps treat the chain as ``ceil(l / L)`` blocks of L steps (the last
+one shorter) and checkpoint the blocks binomially: ``L * t(blocks, c)`` advances.
+
+Everything here is iterative: chains of any length, no recursion limit.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import lru_cache
-from math import comb
+from typing import NamedTuple
+from math import comb, exp, lgamma, log
 
 INF = float("inf")
 
@@ -26,25 +30,42 @@ def beta(c: int, r: int) -> int:
     return comb(c + r, c) if r >= 0 else 0
 
 
+def repetitions(l: int, c: int) -> int:
+    """The least r with ``beta(c, r) >= l``: how often the hardest step is advanced over."""
+    if c <= 0:
+        return 0 if l <= 1 else -1
+    if c == 1:
+        return max(l - 1, 0)
+    # beta(c, r) >= r**c / c!, so r >= (l c!)**(1/c) - c: start there, at most c steps up
+    r = max(0, int(exp((log(l) + lgamma(c + 1)) / c)) - c - 1) if l > 1 else 0
+    while beta(c, r) < l:
+        r += 1
+    return r
+
+
 def min_advances(l: int, c: int) -> int:
     """The closed form ``t(l, c)`` (``leaf = 1``; ``c >= 1``)."""
     if l <= 1:
         return 0
-    r = 0
-    while beta(c, r) < l:
-        r += 1
+    r = repetitions(l, c)
     return r * l - beta(c + 1, r - 1)
 
 
-@dataclass(frozen=True)
-class Leaf:
+def split_point(l: int, c: int) -> int:
+    """An optimal first checkpoint for ``l >= 2`` steps and ``c >= 1`` slots: advancing
+    ``m`` steps, reversing the last ``l - m`` with ``c - 1`` slots and the first ``m`` with
+    ``c`` costs ``t(l, c)`` (pinned against the exhaustive recursion by the tests)."""
+    r = repetitions(l, c)
+    return max(1, min(l - 1, l - beta(c - 1, r - 1), beta(c, r - 1)))
+
+
+class Leaf(NamedTuple):
     """Tape steps ``a..b-1`` from the state at ``a``, then reverse them."""
     a: int
     b: int
 
 
-@dataclass(frozen=True)
-class Split:
+class Split(NamedTuple):
     """Advance from ``a`` to ``m``, keep the state at ``m``, reverse ``[m, b)`` (`right`),
     drop that state, then reverse ``[a, m)`` (`left`) from the state at ``a``."""
     a: int
@@ -57,74 +78,84 @@ class Split:
 Plan = Leaf | Split
 
 
+def nodes(plan: Plan):
+    """Every node of `plan`, parents first (iterative)."""
+    stack = [plan]
+    while stack:
+        p = stack.pop()
+        yield p
+        if isinstance(p, Split):
+            stack += (p.left, p.right)
+
+
 def advances(plan: Plan) -> int:
-    if isinstance(plan, Leaf):
-        return 0
-    return plan.m - plan.a + advances(plan.right) + advances(plan.left)
-
-
-def slots(plan: Plan) -> int:
-    """Checkpoint slots the plan needs (the chain's initial state counts as one)."""
-    def need(p: Plan) -> int:
-        if isinstance(p, Leaf):
-            return 0
-        return max(1 + need(p.right), need(p.left), 1)
-    return max(1, need(plan))
+    return sum(p.m - p.a for p in nodes(plan) if isinstance(p, Split))
 
 
 def tape_length(plan: Plan) -> int:
-    if isinstance(plan, Leaf):
-        return plan.b - plan.a
-    return max(tape_length(plan.right), tape_length(plan.left))
+    return max(p.b - p.a for p in nodes(plan) if isinstance(p, Leaf))
 
 
-@lru_cache(maxsize=None)
-def _cost(l: int, c: int, leaf: int) -> float:
-    """Minimal advances for `l` steps, `c` slots, tapes of `leaf` steps (see module doc)."""
+def slots(plan: Plan) -> int:
+    """Checkpoint slots the plan needs (the chain's initial state counts as one): a split
+    holds its state at ``m`` while its right part runs, and the state at ``a`` throughout."""
+    need: dict[int, int] = {}
+    for p in reversed(list(nodes(plan))):      # children before parents
+        if isinstance(p, Split):
+            need[id(p)] = max(1 + need[id(p.right)], need[id(p.left)], 1)
+        else:
+            need[id(p)] = 0
+    return max(1, need[id(plan)])
+
+
+def cost(l: int, c: int, leaf: int = 1) -> float:
+    """Advances of `binomial_plan(l, c, leaf)`: ``leaf * t(blocks, c)``."""
     if l <= leaf:
         return 0
     if c <= 0:
         return INF
-    if leaf == 1:
-        return min_advances(l, c)
-    return min(m + _cost(l - m, c - 1, leaf) + _cost(m, c, leaf) for m in range(1, l))
+    blocks = -(-l // leaf)
+    return leaf * min_advances(blocks, min(c, blocks))
 
 
-def cost(l: int, c: int, leaf: int = 1) -> float:
-    return _cost(l, min(c, l), leaf)
-
-
-def _best_split(l: int, c: int, leaf: int) -> int:
-    best, arg = INF, 1
-    for m in range(1, l):
-        v = m + cost(l - m, c - 1, leaf) + cost(m, c, leaf)
-        if v < best:
-            best, arg = v, m
-    return arg
+def _build(n: int, at, c: int) -> Plan:
+    """The binomial plan over ``n`` blocks, block ``k`` being steps ``at(k) .. at(k+1)-1``;
+    built bottom-up with an explicit stack (no recursion)."""
+    todo: list[tuple] = [(0, n, min(c, n))]
+    built: list[Plan] = []
+    while todo:
+        task = todo.pop()
+        if len(task) == 4:                      # both parts built: left, then right on top
+            right = built.pop()
+            built.append(Split(at(task[0]), at(task[1]), at(task[2]), right, built.pop()))
+            continue
+        a, b, k = task
+        if b - a <= 1:
+            built.append(Leaf(at(a), at(b)))
+            continue
+        m = a + split_point(b - a, k)
+        todo += [(a, m, b, None), (m, b, min(k - 1, b - m)), (a, m, min(k, m - a))]
+    return built[0]
 
 
 def binomial_plan(n: int, c: int, leaf: int = 1) -> Plan:
-    """An optimal plan for `n` steps with `c` slots and tapes of `leaf` steps."""
+    """An optimal plan for `n` steps with `c` slots and tapes of `leaf` steps (for
+    ``leaf > 1``: optimal over blocks of `leaf` steps)."""
     if c < 1:
         raise ValueError("binomial checkpointing needs at least one checkpoint slot")
-
-    def build(a: int, b: int, c: int) -> Plan:
-        if b - a <= leaf:
-            return Leaf(a, b)
-        m = a + _best_split(b - a, min(c, b - a), leaf)
-        return Split(a, m, b, build(m, b, c - 1), build(a, m, c))
-    return build(0, n, c)
+    if n <= leaf:
+        return Leaf(0, n)
+    blocks = -(-n // leaf)
+    return _build(blocks, (lambda k: k) if leaf == 1 else (lambda k: min(k * leaf, n)), c)
 
 
 def segment_plan(n: int, bounds: list[int]) -> Plan:
     """Checkpoints at `bounds` (increasing, starting at 0): each segment is one leaf."""
     cuts = list(bounds) + [n]
-
-    def build(k: int) -> Plan:
-        if k == len(cuts) - 2:
-            return Leaf(cuts[k], n)
-        return Split(cuts[k], cuts[k + 1], n, build(k + 1), Leaf(cuts[k], cuts[k + 1]))
-    return build(0)
+    plan: Plan = Leaf(cuts[-2], n)
+    for k in range(len(cuts) - 3, -1, -1):
+        plan = Split(cuts[k], cuts[k + 1], n, plan, Leaf(cuts[k], cuts[k + 1]))
+    return plan
 
 
 def sqrt_plan(n: int) -> Plan:

@@ -18,7 +18,7 @@ from ..ir.core import Module, Value
 from ..memory.flops import block_flops, function_flops, op_flops
 from ..memory.liveness import predict_peak
 from ..memory.sizes import format_bytes, value_bytes
-from .binomial import Leaf, Plan, advances, slots, tape_length
+from .binomial import Leaf, Plan, nodes, advances, slots, tape_length
 from .loops import find_loop_pairs
 from .schedule import Schedule
 
@@ -36,9 +36,7 @@ def _loc(v: Value) -> str:
 
 
 def _checkpoint_steps(plan: Plan) -> list[int]:
-    if isinstance(plan, Leaf):
-        return []
-    return sorted({plan.m} | set(_checkpoint_steps(plan.right)) | set(_checkpoint_steps(plan.left)))
+    return sorted({p.m for p in nodes(plan) if not isinstance(p, Leaf)})
 
 
 def remat_stats(reversed_module: Module, sched: Schedule,

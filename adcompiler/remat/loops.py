@@ -148,16 +148,20 @@ class LoopRewriter:
 
     def reverse_plan(self, b: Builder, plan: Plan, state: list[Value], cts: list[Value],
                      pieces: dict[int, list[Value]]) -> list[Value]:
-        """Reverse `plan` (recomputing) from checkpoint `state`; returns the cotangents."""
-        if isinstance(plan, Leaf):
-            _, _, stacks = self.run_steps(b, plan.a, plan.b, state, False, True)
-            self.info.residual_stacks += stacks
-            cts, pieces[plan.a] = self.reverse_leaf(b, plan.a, plan.b, cts, stacks)
-            return cts
-        mid, _, _ = self.run_steps(b, plan.a, plan.m, state, False, False)
-        self.info.checkpoints += mid
-        cts = self.reverse_plan(b, plan.right, mid, cts, pieces)
-        return self.reverse_plan(b, plan.left, state, cts, pieces)
+        """Reverse `plan` (recomputing) from checkpoint `state`; returns the cotangents.
+        Right parts first, then left parts from the same state (an explicit stack)."""
+        todo = [(plan, state)]
+        while todo:
+            p, st = todo.pop()
+            if isinstance(p, Leaf):
+                _, _, stacks = self.run_steps(b, p.a, p.b, st, False, True)
+                self.info.residual_stacks += stacks
+                cts, pieces[p.a] = self.reverse_leaf(b, p.a, p.b, cts, stacks)
+                continue
+            mid, _, _ = self.run_steps(b, p.a, p.m, st, False, False)
+            self.info.checkpoints += mid
+            todo += [(p.left, st), (p.right, mid)]
+        return cts
 
     # -- the whole rewrite ------------------------------------------------------------
     def rewrite(self) -> Rewrite:

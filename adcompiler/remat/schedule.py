@@ -77,6 +77,11 @@ def _loop_sizes(pair: LoopPair, dims) -> int:
     return sum(value_bytes(pair.fwd.results[k], dims) for k in pair.residual) // max(pair.n, 1)
 
 
+def _state_bytes(pair: LoopPair, dims) -> int:
+    """Bytes of one checkpoint: the loop's carries."""
+    return sum(value_bytes(v, dims) for v in pair.fwd.operands[:pair.fwd.attrs["n_carry"]])
+
+
 def _leaves(n: int) -> list[int]:
     """Tape lengths tried: a geometric ladder (ratio 1.5), n/2 ... n/8 rounded up, and
     n - n/2 ... n - n/8 (fine steps near storing everything)."""
@@ -93,37 +98,64 @@ def _plan(n: int, c: int, L: int) -> Plan:
 
 
 class _Peaks:
-    """Exact predicted peaks of the function with loop `k` under the plan (c, L), cached."""
+    """Exact predicted peaks of the function under loop plans given as (n, c, L), cached."""
 
     def __init__(self, module: Module, fn: str, dims):
         self.module, self.fn, self.dims, self.cache = module, fn, dims, {}
 
-    def __call__(self, plans: list[Plan]) -> int:
-        key = tuple(map(repr, plans))
+    def __call__(self, specs: list[tuple[int, int, int]]) -> int:
+        key = tuple(specs)
         if key not in self.cache:
-            m, _ = apply_plans(self.module, self.fn, plans)
+            m, _ = apply_plans(self.module, self.fn, [_plan(*s) for s in specs])
             self.cache[key] = predict_peak(m, self.fn, self.dims).peak_bytes
         return self.cache[key]
 
 
-def _best_for_loop(n: int, fits) -> tuple[int, int]:
-    """The (c, L) with the fewest recomputed steps for which `fits(c, L)`; (1, 1) fits.
-
-    Assumes the peak grows with the slots c and with the tape length L (true of chains: a
-    plan with more slots or a longer tape never holds less), so for each L a bisection finds
-    the most slots that fit, which is the cheapest plan with that tape.
-    """
-    if fits(1, n):
-        return 1, n
-    best = (cost(n, 1, 1), 1, 1)
-    for L in _leaves(n):
-        if not fits(1, L):
+def _candidates(n: int, room: int, state: int, step: int) -> list[tuple[int, int, int]]:
+    """(advances, c, L), cheapest first: for each tape length L, the most slots c whose
+    extra bytes over one slot and a one-step tape, ``(c-1)*state + (L-1)*step``, fit in
+    `room`. Each is the binomial optimum for its c and L (`binomial.cost`, closed form)."""
+    out = []
+    for L in [1] + _leaves(n):
+        left = room - (L - 1) * step
+        if left < 0:
             break
-        lo, hi = 1, -(-n // L)
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if fits(mid, L) else (lo, mid - 1)
-        best = min(best, (cost(n, lo, L), lo, L))
+        blocks = -(-n // L)
+        c = blocks if state == 0 else max(1, min(blocks, left // state + 1))
+        out.append((cost(n, c, L), c, L))
+    return sorted(out)
+
+
+def _best_for_loop(n: int, fits, state: int, step: int, tries: int = 8) -> tuple[int, int]:
+    """The (c, L) with the fewest recomputed steps that fits: `fits(c, L)` is True, or the
+    bytes by which the plan's exact peak misses the budget; (1, 1) fits.
+
+    With one-step tapes, a bisection on exact peaks finds the most slots c1 that fit (the
+    peak grows with the slots). That calibrates a model of the room the loop has:
+    ``(c-1)*state + (L-1)*step`` must stay within ``c1*state - 1`` bytes. The cheapest plan
+    of that model (closed-form costs over O(log n) tape lengths) is checked exactly; when
+    the model was short, the room is cut by the shortfall and the search repeated (at most
+    `tries` times), keeping (c1, 1) as the fallback.
+    """
+    if fits(1, n) is True:
+        return 1, n
+    lo, hi = 1, n - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid, 1) is True else (lo, mid - 1)
+    best = (cost(n, lo, 1), lo, 1)
+    room = lo * state - 1 if state else 0
+    for _ in range(tries):
+        for adv, c, L in _candidates(n, room, state, step):
+            if adv >= best[0]:
+                return best[1], best[2]
+            over = fits(c, L)
+            if over is True:
+                return c, L
+            room -= max(over, 1)
+            break
+        else:
+            break
     return best[1], best[2]
 
 
@@ -133,7 +165,7 @@ def solve_budget(module: Module, fn: str, pairs: list[LoopPair], budget: int | N
     A budget below the smallest peak is an error, or (not `strict`) gives the plans of the
     smallest peak."""
     peaks = _Peaks(module, fn, dims)
-    plans = [_plan(p.n, 1, 1) for p in pairs]
+    plans = [(p.n, 1, 1) for p in pairs]
     floor = peaks(plans)
     if budget is None or (floor > budget and not strict):
         budget = floor
@@ -145,10 +177,13 @@ def solve_budget(module: Module, fn: str, pairs: list[LoopPair], budget: int | N
         n = pairs[k].n
 
         def fits(c, L, k=k, n=n):
-            return peaks(plans[:k] + [_plan(n, c, L)] + plans[k + 1:]) <= budget
-        c, L = _best_for_loop(n, fits)
-        plans[k] = _plan(n, c, L)
-    return plans
+            """True, or by how many bytes the plan's exact peak misses the budget."""
+            peak = peaks(plans[:k] + [(n, c, L)] + plans[k + 1:])
+            return True if peak <= budget else peak - budget
+        c, L = _best_for_loop(n, fits, _state_bytes(pairs[k], dims),
+                              _loop_sizes(pairs[k], dims))
+        plans[k] = (n, c, L)
+    return [_plan(*s) for s in plans]
 
 
 def schedule(module: Module, policy: str | Policy, fn: str = "",
