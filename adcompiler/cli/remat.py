@@ -26,8 +26,8 @@ def _policy_text(text: str) -> str:
 def add_remat_arguments(parser) -> None:
     """``--remat POLICY`` and ``--stats-json FILE`` (for ``compile`` and ``run``)."""
     parser.add_argument("--remat", metavar="POLICY", default="none", type=_policy_text,
-                        help="none, sqrt, revolve:C, budget:SIZE (e.g. budget:64MiB) or "
-                             "min-memory (default: none)")
+                        help="none, sqrt, revolve:C, budget:SIZE (e.g. budget:64MiB), "
+                             "min-memory, or the mincut baseline (default: none)")
     parser.add_argument("--stats-json", metavar="FILE",
                         help="write the remat schedule's memory and FLOP figures as JSON")
 

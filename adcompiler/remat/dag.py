@@ -70,7 +70,7 @@ def _boundary(module: Module, fn: Function, born: dict[Value, int]) -> int:
     return last + 1
 
 
-def _recomputable(op: Op) -> bool:
+def recomputable(op: Op) -> bool:
     return len(op.results) == 1 and not op.regions and op.name in registry.REGISTRY
 
 
@@ -97,7 +97,7 @@ def build_problem(module: Module, fn: str, dims: Mapping[str, int]) -> Problem:
             born[r], uses[r] = t, []
     B = _boundary(module, f, born)
     # clone times, users first: a clone goes where the value is used, or with a user's clone
-    rec = [op.result for op in ops[:B] if _recomputable(op)]
+    rec = [op.result for op in ops[:B] if recomputable(op)]
     clone_times: dict[Value, list[int]] = {}
     users: dict[Value, list[Value]] = {}
     for v in rec:

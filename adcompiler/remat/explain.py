@@ -5,10 +5,12 @@ Keys of `remat_stats` (also written by ``--stats-json``): ``policy``, ``function
 ``stored_bytes_peak`` and ``stored_bytes_peak_store_all`` (the peak of the bytes kept for the
 reverse sweep alone: residual stacks and checkpoints), ``forward_flops`` (the primal
 function), ``recompute_flops`` (ops marked ``recompute``), ``recompute_fraction``,
-``stored_values``, ``recomputed_values``, ``loops``, ``notes``, and from the straight-line
-solver (``budget``/``min-memory``) ``solver`` (``highs-milp``, or null when it did not
-run), ``optimal``, ``gap`` (HiGHS's relative MIP gap) and ``straight_line`` (status, seconds,
-variables, model peak).
+``stored_values``, ``recomputed_values``, ``loops``, ``notes``; what is proven about the
+whole schedule: ``guarantee`` (``optimal``, ``gap`` or ``heuristic``), ``optimal`` (the
+same, as a flag), ``gap`` (a relative bound, or null) and ``guarantee_why``; and from the
+straight-line code (``budget``, ``min-memory``, ``mincut``) ``solver`` (``highs-milp``,
+``chen``, ``mincut``, or null when nothing ran) and ``straight_line`` (solver, status,
+optimal, gap, seconds, variables, model peak: that part alone).
 """
 from __future__ import annotations
 
@@ -72,14 +74,43 @@ def remat_stats(reversed_module: Module, sched: Schedule,
     return stats
 
 
+def _guarantee(sched: Schedule) -> tuple[str, float | None, str]:
+    """What is proven about `sched`, under the memory model: ``optimal``, ``gap`` (a
+    relative bound) or ``heuristic``, and why."""
+    kind, sl = sched.policy.kind, sched.straight
+    loops = any(p is not None and not isinstance(p, Leaf) for p in sched.plans)
+    if kind == "none":
+        return "optimal", 0.0, "stores everything: nothing is recomputed"
+    if kind == "sqrt":
+        return "heuristic", None, "about √n segments per loop (Chen et al.): no optimality claim"
+    if kind == "revolve":
+        return "optimal", 0.0, ("binomial checkpointing: the fewest recomputed loop steps "
+                                "with these slots (Griewank & Walther)")
+    if kind == "mincut":
+        return "heuristic", None, ("the fewest saved bytes by a minimum cut (AOTAutograd's "
+                                   "partitioner), not the least peak or recomputation")
+    if loops:
+        return "heuristic", None, ("loops first (binomial plans, closed-form costs), then "
+                                   "straight-line code: not optimized jointly")
+    if sl is None or sl.status == "store-all fits":
+        return "optimal", 0.0, "storing everything fits: nothing is recomputed"
+    why = {"optimal": f"{sl.solver} proved it optimal for the straight-line model",
+           "gap": f"{sl.solver} stopped at its deadline; the relative gap bounds the excess",
+           "heuristic": f"the {sl.solver} baseline; the MILP found nothing better in time"}
+    return sl.guarantee, sl.gap, why[sl.guarantee]
+
+
 def _explain_straight(stats: dict, sched: Schedule, dims) -> None:
     sl = sched.straight
     ran = sl is not None and sl.status != "store-all fits"
-    stats.update({"solver": "highs-milp" if ran else None,
-                  "optimal": sl.optimal if ran else None, "gap": sl.gap if ran else None})
+    guarantee, gap, why = _guarantee(sched)
+    stats.update({"solver": sl.solver if ran else None, "guarantee": guarantee,
+                  "optimal": guarantee == "optimal", "gap": gap, "guarantee_why": why})
     if sl is None:
         return
-    stats["straight_line"] = {"status": sl.status, "seconds": round(sl.seconds, 3),
+    stats["straight_line"] = {"solver": sl.solver, "status": sl.status,
+                              "optimal": sl.optimal, "gap": sl.gap,
+                              "seconds": round(sl.seconds, 3),
                               "variables": sl.variables, "model_peak": sl.model_peak}
     for v in sl.stored:
         if v.defining_op is None:    # a function input: held by the caller anyway
@@ -164,9 +195,13 @@ def format_stats(stats: dict) -> str:
     for v in stats["recomputed_values"]:
         times = f"x{v['steps']}" if v.get("kind") == "value" else f"in {v['steps']} steps"
         lines.append(f"    recomputed {v['name']}: {v['type']} {times} - {v['why']}")
-    if stats.get("solver"):
-        gap = "optimal" if stats["optimal"] else f"gap {stats['gap']:.1%} (time limit)"
-        lines.append(f"  straight-line code: {stats['solver']}, {gap}")
+    sl = stats.get("straight_line")
+    if stats.get("solver") and sl:
+        state = "optimal" if sl["optimal"] else \
+            f"gap {sl['gap']:.1%} (deadline)" if sl["gap"] is not None else "heuristic"
+        lines.append(f"  straight-line code: {stats['solver']}, {state}")
+    gap = f" (gap {stats['gap']:.1%})" if stats["guarantee"] == "gap" else ""
+    lines.append(f"  schedule: {stats['guarantee']}{gap} - {stats['guarantee_why']}")
     for note in stats["notes"]:
         lines.append(f"  note: {note}")
     return "\n".join(lines)

@@ -25,15 +25,48 @@ import numpy as np
 
 from .dag import Problem
 
-DEFAULT_TIME_LIMIT = 10.0  # seconds per HiGHS solve
+DEFAULT_TIME_LIMIT = 10.0  # seconds per HiGHS solve, at most
+
+
+def deadline(variables: int, limit: float = DEFAULT_TIME_LIMIT) -> float:
+    """Seconds a solve may take: proportional to the model (2 s plus 2 ms per ten
+    variables), at most `limit`. The straight-line solver also has the baselines'
+    schedules as incumbents, so a stopped solve never leaves a worse schedule than them."""
+    return min(limit, 2.0 + variables * 2e-4)
+
+
+class _Progress:
+    """A line on stderr every second while a solve runs past its first second."""
+
+    def __init__(self, what: str, limit: float):
+        import threading
+        self.what, self.limit, self.start = what, limit, time.perf_counter()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import sys
+        while not self.done.wait(1.0):
+            t = time.perf_counter() - self.start
+            print(f"remat: {self.what}: {t:.0f} s of at most {self.limit:.1f} s",
+                  file=sys.stderr, flush=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        self.thread.join()
 
 
 @dataclass
 class Solution:
     clones: dict[int, list[int]] = field(default_factory=dict)  # time -> ops cloned there
     status: str = "optimal"        # optimal, time limit (feasible), infeasible, no solution
-    optimal: bool = True
+    optimal: bool = True           # always the same as status == "optimal" (or "infeasible")
     gap: float = 0.0               # HiGHS's relative MIP gap (0 when proven optimal)
+    bound: float | None = None     # HiGHS's dual bound on the objective
     model_peak: int = 0
     seconds: float = 0.0
     variables: int = 0
@@ -115,8 +148,9 @@ class _Model:
         cons = [LinearConstraint(coo_matrix((vals, (rows, cols)), shape=(len(lo), nv)).tocsr(),
                                  lo, hi)] if lo else []
         start = time.perf_counter()
-        res = milp(cost, integrality=integrality, bounds=Bounds(lb, ub), constraints=cons,
-                   options={"time_limit": time_limit, "disp": False})
+        with _Progress(f"straight-line MILP ({nv:,} variables)", time_limit):
+            res = milp(cost, integrality=integrality, bounds=Bounds(lb, ub), constraints=cons,
+                       options={"time_limit": time_limit, "disp": False})
         sol = Solution(seconds=time.perf_counter() - start, variables=nv)
         if res.x is None:
             sol.status = "infeasible" if res.status == 2 else "no solution"
@@ -126,6 +160,8 @@ class _Model:
         sol.status = "optimal" if sol.optimal else "time limit"
         gap = getattr(res, "mip_gap", None)
         sol.gap = 0.0 if sol.optimal or gap is None else float(gap)
+        bound = getattr(res, "mip_dual_bound", None)
+        sol.bound = None if bound is None else float(bound)
         x = np.round(res.x[:n]).astype(int)
         for (kind, v, t), c in self.col.items():
             if kind == "R" and x[c]:
@@ -143,10 +179,13 @@ class _Model:
         return best
 
 
-def solve(prob: Problem, budget: int | None, time_limit: float = DEFAULT_TIME_LIMIT) -> Solution:
+def solve(prob: Problem, budget: int | None, time_limit: float | None = None) -> Solution:
     """The clones of least FLOPs whose model peak fits `budget`; with `budget` None, the
-    least model peak (then the least FLOPs at that peak, in a second solve)."""
+    least model peak (then the least FLOPs at that peak, in a second solve). `time_limit`:
+    seconds per solve (default: `deadline` of the model's size)."""
     model = _Model(prob)
+    if time_limit is None:
+        time_limit = deadline(len(model.lb))
     if budget is not None:
         return model.solve(budget, time_limit)[0]
     first, _ = model.solve(None, time_limit)
@@ -155,7 +194,10 @@ def solve(prob: Problem, budget: int | None, time_limit: float = DEFAULT_TIME_LI
     second, _ = model.solve(first.model_peak, time_limit)
     if not second.feasible:   # time ran out before a cheaper schedule at that peak was found
         return first
+    # the least peak is only proven if the first solve proved it
     second.optimal = second.optimal and first.optimal
+    second.status = "optimal" if second.optimal else "time limit"
     second.gap = max(second.gap, first.gap)
+    second.bound = second.bound if first.optimal else None
     second.seconds += first.seconds
     return second

@@ -1,4 +1,5 @@
-"""Remat policies (spec §7): ``none``, ``sqrt``, ``revolve:C``, ``budget:SIZE``, ``min-memory``."""
+"""Remat policies (spec §7): ``none``, ``sqrt``, ``revolve:C``, ``budget:SIZE``, ``min-memory``,
+and the ``mincut`` baseline."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -6,7 +7,7 @@ from dataclasses import dataclass
 from ..diagnostics import AdcError
 from ..memory.sizes import format_bytes, parse_size
 
-KINDS = ("none", "sqrt", "revolve", "budget", "min-memory")
+KINDS = ("none", "sqrt", "revolve", "budget", "min-memory", "mincut")
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ def parse_policy(text: str) -> Policy:
     kind, _, arg = str(text).strip().partition(":")
     if kind not in KINDS:
         raise AdcError(f"unknown remat policy '{text}' (policies: none, sqrt, revolve:C, "
-                       f"budget:SIZE, min-memory)")
+                       f"budget:SIZE, min-memory, mincut)")
     if kind == "revolve":
         if not arg.isdigit() or int(arg) < 1:
             raise AdcError(f"remat policy '{text}': revolve:C needs a number of checkpoints "

@@ -31,9 +31,8 @@ from ..passes.clone import clone_module
 from ..passes.dce import dce_function
 from .binomial import Leaf, Plan, binomial_plan, cost, sqrt_plan
 from .loops import LoopPair, Rewrite, find_loop_pairs, rewrite_loop
-from .milp import DEFAULT_TIME_LIMIT
 from .policy import Policy, parse_policy
-from .straight import StraightLine, schedule_straight
+from .straight import StraightLine, schedule_baseline, schedule_straight
 
 
 @dataclass
@@ -188,9 +187,10 @@ def solve_budget(module: Module, fn: str, pairs: list[LoopPair], budget: int | N
 
 def schedule(module: Module, policy: str | Policy, fn: str = "",
              dims: Mapping[str, int] | None = None,
-             time_limit: float = DEFAULT_TIME_LIMIT) -> Schedule:
+             time_limit: float | None = None) -> Schedule:
     """Apply `policy` to the adjoint function(s) of `module` (the output of ``reverse``);
-    `time_limit`: seconds per MILP solve of the straight-line solver."""
+    `time_limit`: seconds per MILP solve of the straight-line solver (default: in
+    proportion to its model, `milp.deadline`)."""
     pol = parse_policy(policy) if isinstance(policy, str) else policy
     dims = dict(dims or {})
     names = adjoint_functions(module, fn)
@@ -206,6 +206,8 @@ def schedule(module: Module, policy: str | Policy, fn: str = "",
             plans = [sqrt_plan(p.n) for p in pairs]
         elif pol.kind == "revolve":
             plans = [binomial_plan(p.n, pol.checkpoints) for p in pairs]
+        elif pol.kind == "mincut":      # straight-line code only, as AOTAutograd's
+            plans = [None] * len(pairs)
         else:
             plans = solve_budget(module, name, pairs, budget, dims, strict=False) if pairs else []
         module, rewrites = apply_plans(module, name, plans)
@@ -213,6 +215,8 @@ def schedule(module: Module, policy: str | Policy, fn: str = "",
         sched.rewrites += rewrites
         if pol.kind in ("budget", "min-memory"):
             module, sched.straight = schedule_straight(module, name, budget, dims, time_limit)
+        elif pol.kind == "mincut":
+            module, sched.straight = schedule_baseline(module, name, dims, "mincut")
     sched.module = module
     return sched
 

@@ -2,12 +2,15 @@
 peak): the `milp` model, applied to a copy of the module, checked by `predict_peak`.
 
 Runs after the loops are scheduled (`schedule.solve_budget`), on what they leave: loops are
-fixed ops here, and the forward values around them are stored or recomputed.
+fixed ops here, and the forward values around them are stored or recomputed. The
+baselines of `saved` (Chen's √n segments, the `mincut`) are incumbents: each is applied and
+its exact peak predicted, and when the MILP stops at its deadline with a worse schedule
+(or none), the best incumbent is taken. What is proven is said in `StraightLine.guarantee`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Mapping
 
 from ..diagnostics import AdcError
 from ..ir.core import Module
@@ -16,27 +19,38 @@ from ..memory.sizes import format_bytes
 from ..passes.clone import clone_module
 from ..passes.dce import dce_function
 from .dag import Problem, apply_clones, build_problem
-from .milp import DEFAULT_TIME_LIMIT, Solution, solve
+from .milp import Solution, solve
 
 
 @dataclass
 class StraightLine:
-    """What the straight-line solver did, for `explain`."""
+    """What the straight-line solver did, for `explain`.
+
+    `solver` made the schedule taken (``highs-milp``, ``chen``, ``mincut``); `status` is
+    the MILP's (``optimal``, ``time limit``, ``infeasible``, ``no solution``) or ``store-all
+    fits`` / ``heuristic``; `optimal` is true exactly when the schedule taken is proven
+    optimal for the straight-line model, and `gap` (when known) bounds how far from it."""
     solver: str = "highs-milp"
     status: str = "store-all fits"
     optimal: bool = True
-    gap: float = 0.0
+    gap: float | None = 0.0
     seconds: float = 0.0
     variables: int = 0
     model_peak: int | None = None
     stored: list = field(default_factory=list)        # forward values the reverse reads
     recomputed: list = field(default_factory=list)    # (primal op, [clone ops])
 
+    @property
+    def guarantee(self) -> str:
+        if self.optimal:
+            return "optimal"
+        return "gap" if self.gap is not None else "heuristic"
 
-def _apply(module: Module, fn: str, sol: Solution, dims) -> tuple[Module, Problem, list, int]:
+
+def _apply(module: Module, fn: str, clones: dict, dims) -> tuple[Module, Problem, list, int]:
     out = clone_module(module)
     prob = build_problem(out, fn, dims)
-    made = apply_clones(prob, sol.clones) if sol.clones else []
+    made = apply_clones(prob, clones) if clones else []
     if made:
         dce_function(out[fn], out)
     kept = {id(op) for op in out[fn].body.ops}
@@ -44,18 +58,45 @@ def _apply(module: Module, fn: str, sol: Solution, dims) -> tuple[Module, Proble
     return out, prob, made, predict_peak(out, fn, dims).peak_bytes
 
 
-def _infeasible(budget: int, floor: int, sol: Solution) -> AdcError:
-    proven = "" if sol.optimal else \
-        f" found (not proven minimal within the time limit: gap {sol.gap:.1%})"
+def _flops(prob: Problem, clones: dict) -> int:
+    return sum(prob.cost[prob.ops[k].result] for ks in clones.values() for k in ks)
+
+
+def _incumbents(prob: Problem) -> list[tuple[str, dict]]:
+    """The baselines' clone schedules, as incumbents for the MILP."""
+    from .mincut import mincut_saved
+    from .saved import chen_saved, clones_for
+    out = []
+    for name, saved in (("chen", chen_saved), ("mincut", mincut_saved)):
+        clones = clones_for(prob, saved(prob))
+        if clones:
+            out.append((name, clones))
+    return out
+
+
+def _infeasible(budget: int, floor: int, proven: bool) -> AdcError:
+    how = "" if proven else " found (not proven minimal within the solver's deadline)"
     return AdcError(f"remat budget {format_bytes(budget)} ({budget} bytes) cannot be met: "
-                    f"the smallest feasible peak{proven} is {format_bytes(floor)} "
+                    f"the smallest feasible peak{how} is {format_bytes(floor)} "
                     f"({floor} bytes)")
 
 
+def _finish(module: Module, fn: str, info: StraightLine, prob: Problem, applied) -> tuple:
+    out, p2, made, _ = applied
+    by_primal: dict[int, list] = {}
+    for k, op in made:
+        by_primal.setdefault(k, []).append(op)
+    info.recomputed = [(p2.ops[k], ops) for k, ops in sorted(by_primal.items())]
+    info.stored = [v for v in p2.reverse_uses if v.defining_op is None
+                   or p2.born[v] not in by_primal]
+    return out, info
+
+
 def schedule_straight(module: Module, fn: str, budget: int | None, dims: Mapping[str, int],
-                      time_limit: float = DEFAULT_TIME_LIMIT) -> tuple[Module, StraightLine]:
+                      time_limit: float | None = None) -> tuple[Module, StraightLine]:
     """`module` with the straight-line values of `fn` stored or recomputed so that the
-    predicted peak fits `budget` with the fewest recomputed FLOPs (None: the least peak)."""
+    predicted peak fits `budget` with the fewest recomputed FLOPs (None: the least peak).
+    `time_limit`: seconds per MILP solve (default: in proportion to the model)."""
     prob = build_problem(module, fn, dims)
     info = StraightLine()
     base = predict_peak(module, fn, dims).peak_bytes
@@ -67,29 +108,68 @@ def schedule_straight(module: Module, fn: str, budget: int | None, dims: Mapping
         sol = Solution(status="nothing to recompute", model_peak=base)
     else:
         sol = solve(prob, budget, time_limit)
-    if budget is not None and not sol.feasible:
-        floor_sol = solve(prob, None, time_limit)
-        if not floor_sol.feasible:
-            floor_sol = Solution(status="no solution", optimal=False, gap=1.0, model_peak=base)
-        out, p2, made, peak = _apply(module, fn, floor_sol, dims)
-        if peak > budget:
-            raise _infeasible(budget, min(peak, base), floor_sol)
-        sol = floor_sol
-    elif not sol.feasible:       # the least peak, and no solution within the time limit
-        sol = Solution(status="no solution", optimal=False, gap=1.0, model_peak=base)
-    out, p2, made, peak = _apply(module, fn, sol, dims)
-    if budget is not None and peak > budget:
-        raise AssertionError(f"remat model peak {sol.model_peak} below its IR's {peak}")
-    info.status, info.optimal, info.gap = sol.status, sol.optimal, sol.gap
-    info.seconds, info.variables, info.model_peak = sol.seconds, sol.variables, sol.model_peak
-    if budget is None and peak >= base:   # recomputing does not lower this peak
+    info.status, info.seconds, info.variables = sol.status, sol.seconds, sol.variables
+    info.model_peak = sol.model_peak
+    # candidates: (exact peak, FLOPs, solver, proven, gap, applied)
+    cands = []
+    if sol.feasible or sol.status == "nothing to recompute":
+        applied = _apply(module, fn, sol.clones, dims)
+        cands.append((applied[3], _flops(prob, sol.clones), "highs-milp", sol.optimal,
+                      sol.gap, applied))
+    if not (sol.optimal and sol.feasible):
+        for name, clones in _incumbents(prob):
+            applied = _apply(module, fn, clones, dims)
+            cands.append((applied[3], _flops(prob, clones), name, False, None, applied))
+    cands.append((base, 0, "store-all", sol.optimal, sol.gap, (module, prob, [], base)))
+    if budget is not None:
+        fitting = [c for c in cands if c[0] <= budget]
+        if not fitting:        # the model's peak bounds the exact one: try its least
+            floor, proven = min(c[0] for c in cands), False
+            least = solve(prob, None, time_limit) if prob.clone_times else None
+            if least is not None and least.feasible:
+                applied = _apply(module, fn, least.clones, dims)
+                floor, proven = min(floor, applied[3]), least.optimal
+                if applied[3] <= budget:
+                    fitting = [(applied[3], _flops(prob, least.clones), "highs-milp", False,
+                                None, applied)]
+            if not fitting:
+                raise _infeasible(budget, floor, proven)
+        best = min(fitting, key=lambda c: (c[1], c[0]))
+    else:
+        best = min(cands, key=lambda c: (c[0], c[1]))
+    peak, flops, solver, proven, gap, applied = best
+    if solver in ("highs-milp", "store-all"):
+        info.solver, info.optimal, info.gap = "highs-milp", proven, (0.0 if proven else gap)
+    else:                                   # a baseline beat what the MILP found in time
+        info.solver, info.optimal = solver, False
+        info.gap = _gap(flops, sol.bound) if budget is not None else None
+    if solver == "store-all":
         info.stored = prob.reverse_uses
         return module, info
-    by_primal: dict[int, list] = {}
-    for k, op in made:
-        by_primal.setdefault(k, []).append(op)
-    info.recomputed = [(p2.ops[k], ops) for k, ops in sorted(by_primal.items())]
-    info.stored = [v for v in p2.reverse_uses if v.defining_op is None
-                   or p2.born[v] not in by_primal]
-    return out, info
+    return _finish(module, fn, info, prob, applied)
 
+
+def _gap(value: float, bound: float | None) -> float | None:
+    """Relative gap of an objective `value` to a proven lower `bound`."""
+    if bound is None:
+        return None
+    return 0.0 if value <= 0 else max(0.0, (value - bound) / value)
+
+
+def schedule_baseline(module: Module, fn: str, dims: Mapping[str, int],
+                      solver: str) -> tuple[Module, StraightLine]:
+    """`module` with the straight-line values of `fn` saved by a baseline (``mincut`` or
+    ``chen``, see `saved`) and the rest recomputed; no budget, no optimality claim."""
+    from .mincut import mincut_saved
+    from .saved import chen_saved, clones_for
+    prob = build_problem(module, fn, dims)
+    saved: Callable = {"mincut": mincut_saved, "chen": chen_saved}[solver]
+    clones = clones_for(prob, saved(prob)) if prob.clone_times else None
+    info = StraightLine(solver=solver, status="heuristic", optimal=False, gap=None)
+    if not clones:
+        info.stored = prob.reverse_uses
+        info.model_peak = predict_peak(module, fn, dims).peak_bytes
+        return module, info
+    applied = _apply(module, fn, clones, dims)
+    info.model_peak = applied[3]
+    return _finish(module, fn, info, prob, applied)

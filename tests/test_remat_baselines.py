@@ -1,0 +1,123 @@
+"""The straight-line baselines (Chen's √n segments, the min-cut) and honest reporting:
+bit-identical gradients, predicted = measured peaks, and stats that never claim more than
+the solver proved."""
+import numpy as np
+import pytest
+
+from adcompiler.cli.compile import compile_program
+from adcompiler.cli.inputs import DimBinder, random_inputs
+from adcompiler.memory import predict_peak
+from adcompiler.remat.dag import build_problem
+from adcompiler.remat.explain import remat_stats
+from adcompiler.remat.mincut import mincut_saved
+from adcompiler.remat.saved import chain_boundaries, chen_saved, clones_for
+from adcompiler.remat.schedule import schedule
+from adcompiler.remat.straight import schedule_baseline
+from adc_runtime.executor import run_function
+
+
+def pow_chain(n):
+    body = "".join(f"    x{k + 1} = x{k} ** 1.01\n" for k in range(n))
+    return f"def f(param x0: f64[100]) -> f64 {{\n{body}    return sum(x{n})\n}}\n"
+
+
+def mlp(layers):
+    args = ", ".join(f"param W{k}: f64[8, 8]" for k in range(layers))
+    body = "".join(f"    h{k + 1} = tanh(h{k} @ W{k})\n" for k in range(layers))
+    return (f"def f(x: f64[32, 8], {args}) -> f64 {{\n    h0 = x\n{body}"
+            f"    return sum(h{layers} * h{layers})\n}}\n")
+
+
+def compiled(tmp_path, text):
+    path = tmp_path / "p.tdsl"
+    path.write_text(text)
+    comp = compile_program(str(path), "reverse")
+    inputs, _ = random_inputs(comp.run_fn, DimBinder({}), 0)
+    return comp.module, {k: np.abs(v) + 0.5 for k, v in inputs.items()}   # pow: positive
+
+
+def measure(module, inputs):
+    outs, stats = run_function(module, "f_grad", inputs)
+    return outs, stats["peak_bytes"]
+
+
+def test_chain_boundaries_of_a_pow_chain(tmp_path):
+    m, _ = compiled(tmp_path, pow_chain(12))
+    prob = build_problem(m, "f_grad", {})
+    cuts = chain_boundaries(prob)
+    assert [v.name for v in cuts] == [f"x{k}" for k in range(1, 13)]   # the shared const aside
+    saved = chen_saved(prob)
+    assert {v.name for v in saved} >= {"x3", "x6", "x9", "x12"}        # every 3rd of 12
+    clones = clones_for(prob, saved)
+    recomputed = [prob.ops[k].result.name for ks in clones.values() for k in ks]
+    named = sorted(n for n in recomputed if n)                          # and the loss
+    assert named == sorted(f"x{k}" for k in range(1, 12) if k % 3)      # each once
+
+
+@pytest.mark.parametrize("text", [pow_chain(30), mlp(12)], ids=["pow", "mlp"])
+@pytest.mark.parametrize("solver", ["chen", "mincut"])
+def test_baselines_bit_identical_and_predicted(tmp_path, text, solver):
+    m, inputs = compiled(tmp_path, text)
+    ref, none_peak = measure(m, inputs)
+    out, info = schedule_baseline(m, "f_grad", {}, solver)
+    outs, peak = measure(out, inputs)
+    assert all(np.array_equal(a, b) for a, b in zip(outs, ref)) and len(outs) == len(ref)
+    assert peak == predict_peak(out, "f_grad", {}).peak_bytes
+    assert info.solver == solver and not info.optimal and info.gap is None
+    if solver == "chen":
+        assert peak < none_peak
+
+
+def test_mincut_saves_the_least_bytes(tmp_path):
+    # mlp: tanh's reverse reads its result; matmul is never recomputed, so the cut keeps
+    # each layer's matmul or tanh output (same size) -- never both
+    m, _ = compiled(tmp_path, mlp(6))
+    prob = build_problem(m, "f_grad", {})
+    saved = mincut_saved(prob)
+    assert clones_for(prob, saved) is not None
+    bytes_saved = sum(prob.nbytes[v] for v in saved)
+    store_all = sum(prob.nbytes[v] for v in prob.reverse_uses if prob.born[v] >= 0)
+    assert bytes_saved <= store_all and len(saved) <= 6 + 1
+
+
+def test_mincut_policy_and_stats(tmp_path):
+    m, inputs = compiled(tmp_path, mlp(8))
+    ref, _ = measure(m, inputs)
+    sched = schedule(m, "mincut")
+    outs, peak = measure(sched.module, inputs)
+    assert all(np.array_equal(a, b) for a, b in zip(outs, ref))
+    stats = remat_stats(m, sched)
+    assert stats["solver"] == "mincut" and stats["guarantee"] == "heuristic"
+    assert stats["optimal"] is False and stats["gap"] is None
+    assert stats["peak_bytes_predicted"] == peak
+
+
+def consistent(stats):
+    sl = stats.get("straight_line")
+    if sl:
+        assert sl["optimal"] == (sl["status"] == "optimal" or sl["status"] == "store-all fits")
+        assert (sl["gap"] == 0.0) if sl["optimal"] else (sl["gap"] is None or sl["gap"] >= 0)
+    assert stats["optimal"] == (stats["guarantee"] == "optimal")
+    if stats["guarantee"] == "gap":
+        assert stats["gap"] is not None and stats["gap"] > 0
+    return stats
+
+
+def test_stats_never_claim_optimal_after_a_deadline(tmp_path):
+    m, inputs = compiled(tmp_path, pow_chain(40))
+    ref, _ = measure(m, inputs)
+    sched = schedule(m, "min-memory", time_limit=0.001)
+    stats = consistent(remat_stats(m, sched))
+    assert stats["straight_line"]["status"] != "optimal" and not stats["optimal"]
+    assert stats["guarantee"] in ("gap", "heuristic")
+    outs, peak = measure(sched.module, inputs)      # the incumbent still is a schedule
+    assert all(np.array_equal(a, b) for a, b in zip(outs, ref))
+    assert peak == stats["peak_bytes_predicted"] < stats["peak_bytes_store_all"]
+
+
+def test_stats_optimal_when_proven(tmp_path):
+    m, _ = compiled(tmp_path, mlp(2))
+    stats = consistent(remat_stats(m, schedule(m, "min-memory", time_limit=60)))
+    assert stats["straight_line"]["status"] == "optimal" and stats["optimal"]
+    for policy in ("sqrt", "revolve:2", "none"):
+        consistent(remat_stats(m, schedule(m, policy)))
