@@ -1,16 +1,16 @@
-"""Mixed-precision training (``--precision f16``): the program runs in f16, the parameters
-live in f32 (master weights), and dynamic loss scaling keeps small gradients from flushing
-to zero in f16.
+"""Mixed-precision training (``--precision f16|bf16``): the program runs in low precision,
+the parameters live in f32 (master weights), and dynamic loss scaling keeps small gradients
+from flushing to zero.
 
-Each step casts the master weights to f16 and runs the adjoint of ``loss * scale`` (the
-loss cast to f32 first, so the scaled loss itself cannot overflow); the f16 gradients are
-cast to f32 and divided by `scale`. When one holds an Inf or a NaN, the step is skipped and
+Each step casts the master weights to the low precision and runs the adjoint of ``loss *
+scale`` (the loss cast to f32 first, so the scaled loss itself cannot overflow); the
+gradients are cast to f32 and divided by `scale`. f16 is an IR dtype with NumPy kernels;
+bf16 is not, so a bf16 program is the f32 one run by `adc_runtime.rounding`'s executor,
+which rounds every op's result to bf16 (CPU only). When one holds an Inf or a NaN, the step is skipped and
 the scale halves (`loss_scale.LossScaler`, torch.amp.GradScaler's rules). Otherwise the f32
 gradients go to the optimizer: a compiled training step (`adc.train_step`) of the program
 ``sum(p * g_p)``, whose gradient with respect to each ``p`` is exactly ``g_p``, so that
 clipping, the norms and the update are those of every other run, in f32.
-
-bf16 needs an IR and kernel dtype that NumPy lacks; it is refused with a message.
 """
 from __future__ import annotations
 
@@ -51,6 +51,21 @@ def _apply_program(types: Mapping[str, Any]) -> str:
     return f"def apply({', '.join(args)}) -> f32 {{\n    return {body}\n}}\n"
 
 
+def _executor(precision: str, detect_anomaly: bool):
+    """The executor class of the low-precision program, or None for the library's own."""
+    from adc_runtime.anomaly import AnomalyExecutor
+    if precision == "bf16":
+        from adc_runtime.rounding import RoundingExecutor, bfloat16
+        try:
+            bfloat16()
+        except ImportError as e:
+            raise AdcError(f"--precision bf16: {e}") from None
+        if detect_anomaly:
+            return type("AnomalyRoundingExecutor", (AnomalyExecutor, RoundingExecutor), {})
+        return RoundingExecutor
+    return AnomalyExecutor if detect_anomaly else None
+
+
 class MixedPrecisionStep:
     """A training step with f16 compute, f32 master weights and dynamic loss scaling; the
     interface of `adc.train_step`'s steps, plus `scaler`."""
@@ -62,9 +77,11 @@ class MixedPrecisionStep:
         from .compiled_step import train_step
         from .passes.clone import clone_module
         from .transforms import value_and_grad
-        if precision != "f16":
-            raise AdcError(f"--precision {precision}: only f16 is supported (bf16 has no "
-                           "NumPy kernels here)")
+        if precision not in ("f16", "bf16"):
+            raise AdcError(f"unknown precision '{precision}' (f16, bf16)")
+        if precision == "bf16" and device != "cpu":
+            raise AdcError("--precision bf16 runs on the CPU only (its rounding executor "
+                           "needs ml_dtypes' NumPy bfloat16)")
         if remat:
             raise AdcError("--precision f16 does not combine with --remat or "
                            "--memory-budget yet")
@@ -73,12 +90,16 @@ class MixedPrecisionStep:
         if bad:
             raise AdcError(f"--precision f16 keeps f32 master weights: param '{bad[0]}' is "
                            f"{f.arg(bad[0]).type}")
-        low = to_dtype(clone_module(module), "f16")
+        low = clone_module(module) if precision == "bf16" else \
+            to_dtype(clone_module(module), "f16")
         scaled, name = _scaled_loss(low, fn_name, names)
         self.grad = value_and_grad(scaled, name, wrt=list(names), device=device, dims=dims)
-        if detect_anomaly:
-            from .train_setup import anomaly_runner
-            self.grad._runner = anomaly_runner(self.grad.module, self.grad.fn_name, device)
+        executor = _executor(precision, detect_anomaly)
+        if executor is not None:
+            from .train_setup import with_executor
+            self.grad._runner = with_executor(self.grad.module, self.grad.fn_name, device,
+                                              executor)
+        self.low = np.float16 if precision == "f16" else np.float32
         types = {n: f.arg(n).type for n in names}
         self.apply = train_step(_apply_program(types), optimizer, clip=clip, device=device,
                                 dims=dims)
@@ -95,7 +116,7 @@ class MixedPrecisionStep:
 
     def __call__(self, params, state, batch) -> tuple[dict, dict, dict]:
         scale = self.scaler.scale
-        low = {n: np.asarray(params[n]).astype(np.float16) for n in self.names}
+        low = {n: np.asarray(params[n]).astype(self.low) for n in self.names}
         k = self.accumulate
         rows = next(iter(batch.values())).shape[0] // k
         loss, grads = 0.0, {n: 0.0 for n in self.names}

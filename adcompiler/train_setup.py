@@ -68,13 +68,18 @@ class Prepared:
 
 
 def anomaly_runner(module: Module, name: str, device: str, donate: bool = False):
-    """A `Runner` of `name` whose executor stops at the first non-finite op result."""
+    """The library's runner of `name` (its input checks included), with an executor that
+    stops at the first non-finite op result."""
     from adc_runtime.anomaly import AnomalyExecutor
-    from adc_runtime.executor import Runner
-    from .api import _array_module
-    xp = _array_module(device)
-    return Runner(module, name, xp, lambda dims: AnomalyExecutor(module, xp, dims),
-                  donate=donate)
+    return with_executor(module, name, device, AnomalyExecutor, donate)
+
+
+def with_executor(module: Module, name: str, device: str, executor, donate: bool = False):
+    """`api.runner` of `name` whose executors are of class `executor` (an `Executor`)."""
+    from .api import runner
+    r = runner(module, name, device, donate)
+    r.make_executor = lambda dims: executor(r.module, r.xp, dims)
+    return r
 
 
 def prepare(program: Source, fn: str | None = None, dtype: str | None = None,

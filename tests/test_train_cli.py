@@ -267,10 +267,36 @@ def test_plain_f16_underflows_and_loss_scaling_trains(tmp_path, capsys):
     assert m[-1]["loss"] < 2 * r[-1]["loss"]                    # as good as f32, nearly
 
 
-def test_bf16_is_refused_with_a_reason(tmp_path, capsys):
-    code, _, err = adc(capsys, "train", F16, "--data", _regression(tmp_path),
-                       "--precision", "bf16")
-    assert code == 1 and "only f16 is supported" in err
+def test_bf16_rounds_every_op_and_trains(tmp_path, capsys):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    data = _regression(tmp_path)
+    opts = ["train", F16, "--data", data, "--batch", 256, "--steps", 100,
+            "--optimizer", "adam:lr=1e-2"]
+    bf16, f32 = tmp_path / "bf16.jsonl", tmp_path / "f32.jsonl"
+    assert adc(capsys, *opts, "--precision", "bf16", "--log", bf16)[0] == 0
+    assert adc(capsys, *opts, "--log", f32)[0] == 0
+
+    def representable(v):
+        return float(np.float32(v).astype(ml_dtypes.bfloat16)) == v
+    low, ref = log_lines(bf16), log_lines(f32)
+    assert all(representable(r["loss"]) for r in low)      # the loss op's result, rounded
+    assert not all(representable(r["loss"]) for r in ref)
+    assert not any(r["skipped"] for r in low)              # bf16 has f32's range
+    assert low[-1]["loss"] < low[0]["loss"] / 5
+
+
+def test_rounding_executor_rounds_each_result():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    from adc_runtime.executor import run_function
+    from adc_runtime.rounding import RoundingExecutor
+    import adcompiler as adc
+    m = adc.load("def f(x: f32[3], y: f32[3]) -> f32[3] {\n    return x * y + 1\n}\n")
+    x, y = np.float32([1.001, 3.14159, -2.7183]), np.float32([1.3, 0.7, 2.9])
+    (got,), _ = run_function(m, "f", {"x": x, "y": y}, executor=RoundingExecutor)
+    bf = ml_dtypes.bfloat16
+    r = lambda a: a.astype(bf).astype(np.float32)  # noqa: E731
+    assert np.array_equal(got, r(r(r(x) * r(y)) + np.float32(1)))
+    assert not np.array_equal(got, x * y + 1)
 
 
 # ---- bad input ------------------------------------------------------------------------
