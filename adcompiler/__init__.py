@@ -84,6 +84,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "hessian": ("adcompiler.derivatives", "hessian"),
     "check_grads": ("adcompiler.derivatives", "check_grads"),
     "vmap": ("adcompiler.vectorize", "vmap"),
+    "load_compiled": ("adcompiler.artifact", "load_compiled"),
     # training
     "train_step": ("adcompiler.compiled_step", "train_step"),
     "train": ("adcompiler.train_loop", "train"),
@@ -135,6 +136,7 @@ if TYPE_CHECKING:  # static view of the lazy names above, for type checkers and 
     from .transforms import Compiled, function, grad, hvp, jvp, value_and_grad, vjp
     from .derivatives import auto_jacobian, check_grads, hessian, jacfwd, jacrev
     from .vectorize import vmap
+    from .artifact import load_compiled
     from . import optim
     from .compiled_step import CompiledStep, train_step
     from .train_loop import TrainResult, train

@@ -32,21 +32,32 @@ FLOAT_DTYPES = ("f16", "f32", "f64", "bf16")
 class Compiled:
     """A compiled function of `module`, callable with positional or named arrays.
 
-    `finish(outputs, named_inputs)` turns the list of raw outputs into what the call
-    returns. `variant(names)`, when given, compiles the same transform differentiating the
-    inputs `names`: a call with a dict of parameters uses it, and gets a dict back.
+    `spec` says what the call returns from the function's list of outputs (`finish`): the
+    transform (``kind``), the number of the primal's results, the differentiated inputs and
+    how their gradients are packed, ``has_aux``. It is data, so a `Compiled` saves, loads and
+    pickles as its IR text plus this metadata (`adcompiler.artifact`). `in_axes` maps the
+    inputs `vmap` batched to the axis their examples come on.
     """
 
-    def __init__(self, module: Module, fn_name: str, inputs: Sequence[str],
-                 finish: Callable[[list, dict], Any], device: str = "cpu",
-                 dims: Mapping[str, int] | None = None, dtype: str | None = None):
+    def __init__(self, module: Module, fn_name: str, inputs: Sequence[str], spec: dict,
+                 device: str = "cpu", dims: Mapping[str, int] | None = None,
+                 dtype: str | None = None):
         self.module, self.fn_name, self.inputs = module, fn_name, list(inputs)
-        self.device, self.dims, self._finish = device, dict(dims or {}), finish
-        self.dtype = dtype
+        self.spec, self.device, self.dims, self.dtype = dict(spec), device, dict(dims or {}), dtype
+        self.in_axes: dict[str, int] = {}
         self._runner = None  # made on the first call; keeps executors for later ones
-        self.variant: Callable[[tuple], "Compiled"] | None = None
         self._variants: dict[tuple, Compiled] = {}
-        self.batchable = True   # its result is made from the outputs alone (see `vmap`)
+
+    @property
+    def batchable(self) -> bool:
+        """Whether the call's result is made from the outputs alone (what `vmap` needs)."""
+        return self.spec["kind"] != "vjp"
+
+    @property
+    def outputs(self) -> list[str]:
+        """The names of the compiled function's outputs (``out``, ``grad_W1``, ...)."""
+        from .artifact import output_names
+        return output_names(self.module, self.module[self.fn_name])
 
     def bind(self, args: tuple, kwargs: dict) -> dict:
         """Positional and keyword arguments -> named inputs, checked like a Python call."""
@@ -69,8 +80,15 @@ class Compiled:
     def call(self, named: Mapping[str, Any]) -> list:
         if self._runner is None:
             self._runner = runner(self.module, self.fn_name, self.device)
+        if self.in_axes:   # the batch pass reads each batched input's examples on axis 0
+            import numpy as np
+            named = {k: np.moveaxis(np.asarray(v), self.in_axes[k], 0)
+                     if self.in_axes.get(k) else v for k, v in named.items()}
         outs = list(self._runner(named, self.dims)[0])
         return _to_bf16(outs) if self.dtype == "bf16" else outs
+
+    def finish(self, outs: list, named: dict) -> Any:
+        return finish(self.spec, outs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         params = None
@@ -80,11 +98,11 @@ class Compiled:
             params, args = args[0], args[1:]
         if params is None:
             named = self.bind(args, kwargs)
-            return self._finish(self.call(named), named)
+            return self.finish(self.call(named), named)
         return self._call_with_params(dict(params), args, kwargs)
 
     def _call_with_params(self, params: dict, args: tuple, kwargs: dict) -> Any:
-        """Inputs from the dict `params` and the rest; a transform built without an explicit
+        """Inputs from the dict `params` and the rest; a gradient built without an explicit
         `wrt` differentiates the dict's entries and returns their gradients as a dict."""
         for k in params:
             if k not in self.inputs:
@@ -95,16 +113,45 @@ class Compiled:
                             f"got {len(args)}")
         positional = dict(zip(rest, args))
         target = self
-        if self.variant is not None:
+        if self.spec["kind"] in ("grad", "value_and_grad") and not self.spec["explicit"] \
+                and not self.in_axes:
             names = tuple(k for k in self.inputs if k in params)
             if names not in self._variants:
-                self._variants[names] = self.variant(names)
+                self._variants[names] = _gradient(
+                    self.module, self.spec["primal"], list(names), self.spec, self.device,
+                    self.dims, self.dtype, style="dict")
             target = self._variants[names]
         named = target.bind((), {**positional, **kwargs, **params})
-        return target._finish(target.call(named), named)
+        return target.finish(target.call(named), named)
+
+    def save(self, path) -> None:
+        """Write the program and what the call needs as one IR file (`load_compiled`)."""
+        from .artifact import save
+        save(self, path)
+
+    def __reduce__(self):
+        from .artifact import compiled_from_text, to_text
+        return compiled_from_text, (to_text(self),)
 
     def __repr__(self) -> str:
         return f"<Compiled {self.fn_name}({', '.join(self.inputs)})>"
+
+
+def finish(spec: dict, outs: list) -> Any:
+    """What a call returns, from the compiled function's outputs (see `Compiled`)."""
+    kind, n = spec["kind"], spec["results"]
+    shape = Shape(spec.get("wrt", []), spec.get("style", "tuple"))
+    if kind == "function":
+        return _one_or_tuple(outs, n == 1)
+    if kind == "jvp":
+        return _one_or_tuple(outs[:n], n == 1), _one_or_tuple(outs[n:], n == 1)
+    if kind == "hvp":   # results, gradients, then the products
+        return shape.pack(outs[len(outs) - len(shape.names):])
+    aux = _one_or_tuple(outs[1:n], n == 2) if spec["has_aux"] else None
+    grads = shape.pack(outs[n:])
+    if kind == "grad":
+        return (grads, aux) if spec["has_aux"] else grads
+    return ((outs[0], aux) if spec["has_aux"] else outs[0]), grads
 
 
 def _to_bf16(outs: list) -> list:
@@ -255,9 +302,8 @@ def function(program: Source, fn: str | None = None, *, passes: str = DEFAULT_PA
     from .passes.pipeline import run_pipeline
     _no_remat(remat, "function")
     module, f = _primal(program, fn, dtype)
-    single = len(f.result_types) == 1
     return Compiled(run_pipeline(module, passes), f.name, f.arg_names,
-                    lambda outs, _: _one_or_tuple(outs, single), device, dims, dtype)
+                    {"kind": "function", "results": len(f.result_types)}, device, dims, dtype)
 
 
 def value_and_grad(program: Source, fn: str | None = None, wrt: Wrt = None, *,
@@ -276,21 +322,21 @@ def value_and_grad(program: Source, fn: str | None = None, wrt: Wrt = None, *,
     """
     module, f = _primal(program, fn, dtype)
     require_scalar(f, _what, has_aux)
-    explicit = wrt is not None or argnums is not None
     shape = _wrt_shape(f, wrt, argnums)
-    n = len(f.result_types)
+    spec = {"kind": _what, "has_aux": has_aux, "explicit": wrt is not None or argnums is not None,
+            "passes": passes, "remat": remat}
+    return _gradient(module, f.name, shape.names, spec, device, dims, dtype, shape.style)
 
-    def build(sh: Shape) -> Compiled:
-        def finish(outs, _):
-            value = (outs[0], _one_or_tuple(outs[1:n], n == 2)) if has_aux else outs[0]
-            return value, sh.pack(outs[n:])
-        c = Compiled(_reverse(module, f.name, sh.names, passes, (0,) if has_aux else (),
-                              remat, dims),
-                     f"{f.name}_grad", f.arg_names, finish, device, dims, dtype)
-        if not explicit:
-            c.variant = lambda names: build(Shape(list(names), "dict"))
-        return c
-    return build(shape)
+
+def _gradient(module: Module, fn: str, names: list[str], spec: dict, device, dims, dtype,
+              style: str) -> Compiled:
+    """A `grad` or `value_and_grad` callable of `fn` in `module` differentiating `names`."""
+    f = module[fn]
+    spec = {**spec, "primal": fn, "results": len(f.result_types), "wrt": list(names),
+            "style": style}
+    derived = _reverse(module, fn, names, spec["passes"], (0,) if spec["has_aux"] else (),
+                       spec["remat"], dims)
+    return Compiled(derived, f"{fn}_grad", f.arg_names, spec, device, dims, dtype)
 
 
 def grad(program: Source, fn: str | None = None, wrt: Wrt = None, *,
@@ -299,20 +345,8 @@ def grad(program: Source, fn: str | None = None, wrt: Wrt = None, *,
          device: str = "cpu", dims: Mapping[str, int] | None = None) -> Compiled:
     """A callable returning the gradients (see `value_and_grad`); with ``has_aux=True``,
     ``(gradients, aux)``."""
-    c = value_and_grad(program, fn, wrt, argnums=argnums, has_aux=has_aux, passes=passes,
-                       remat=remat, dtype=dtype, device=device, dims=dims, _what="grad")
-    return _grad_only(c, has_aux)
-
-
-def _grad_only(c: Compiled, has_aux: bool) -> Compiled:
-    finish, variant = c._finish, c.variant
-    if has_aux:
-        c._finish = lambda outs, named: (lambda v, g: (g, v[1]))(*finish(outs, named))
-    else:
-        c._finish = lambda outs, named: finish(outs, named)[1]
-    if variant is not None:
-        c.variant = lambda names: _grad_only(variant(names), has_aux)
-    return c
+    return value_and_grad(program, fn, wrt, argnums=argnums, has_aux=has_aux, passes=passes,
+                          remat=remat, dtype=dtype, device=device, dims=dims, _what="grad")
 
 
 def vjp(program: Source, fn: str | None = None, wrt: Wrt = None, *,
@@ -333,20 +367,35 @@ def vjp(program: Source, fn: str | None = None, wrt: Wrt = None, *,
     seeded, ct_names = _seeded(module, f)
     name = seeded.main.name
     adjoint = Compiled(_reverse(seeded, name, shape.names, passes, (), remat, dims),
-                       name + "_grad", f.arg_names + ct_names, lambda outs, _: outs, device,
+                       name + "_grad", f.arg_names + ct_names, {"kind": "raw"}, device,
                        dims, dtype)
-    n, n_seeds = len(f.result_types), len(ct_names)
+    return Pullback(run_pipeline(module, passes), f.name, f.arg_names,
+                    {"kind": "vjp", "results": len(f.result_types)}, device, dims, dtype,
+                    adjoint=adjoint, ct_names=ct_names, shape=shape)
 
-    def finish(outs, named):
+
+class Pullback(Compiled):
+    """`vjp`'s callable: ``(value, pullback)``, the pullback a Python function."""
+
+    def __init__(self, *args, adjoint: Compiled, ct_names: list[str], shape: "Shape", **kw):
+        super().__init__(*args, **kw)
+        self.adjoint, self.ct_names, self.shape = adjoint, ct_names, shape
+
+    def finish(self, outs: list, named: dict) -> Any:
+        n_seeds = len(self.ct_names)
+
         def pullback(*cts):
             if len(cts) != n_seeds:
                 raise TypeError(f"pullback takes {n_seeds} cotangent(s), got {len(cts)}")
-            grads = adjoint.call({**named, **dict(zip(ct_names, cts))})[n_seeds:]
-            return shape.pack(grads)
-        return _one_or_tuple(outs, n == 1), pullback
-    c = Compiled(run_pipeline(module, passes), f.name, f.arg_names, finish, device, dims, dtype)
-    c.batchable = False
-    return c
+            grads = self.adjoint.call({**named, **dict(zip(self.ct_names, cts))})[n_seeds:]
+            return self.shape.pack(grads)
+        return _one_or_tuple(outs, self.spec["results"] == 1), pullback
+
+    def __reduce__(self):
+        raise TypeError("a vjp callable holds a Python pullback: save or pickle grad, jvp "
+                        "or function callables instead")
+
+    save = __reduce__
 
 
 def _second_order(pass_cls, program: Source, fn: str | None, wrt, argnums, passes: str,
@@ -374,11 +423,8 @@ def jvp(program: Source, fn: str | None = None, wrt: Wrt = None, *,
     _no_remat(remat, "jvp")
     module, tfn, f, _ = _second_order(Forward, program, fn, wrt, argnums, passes, "_jvp",
                                       dtype)
-    n = len(f.result_types)
-
-    def finish(outs, _):
-        return _one_or_tuple(outs[:n], n == 1), _one_or_tuple(outs[n:], n == 1)
-    return Compiled(module, tfn.name, tfn.arg_names, finish, device, dims, dtype)
+    return Compiled(module, tfn.name, tfn.arg_names,
+                    {"kind": "jvp", "results": len(f.result_types)}, device, dims, dtype)
 
 
 def hvp(program: Source, fn: str | None = None, wrt: Wrt = None, *,
@@ -396,11 +442,9 @@ def hvp(program: Source, fn: str | None = None, wrt: Wrt = None, *,
     require_scalar(_primal(program, fn, None)[1], "hvp")
     module, hfn, f, shape = _second_order(HVP, program, fn, wrt, argnums, passes, "_hvp",
                                           dtype)
-    k = len(shape.names)
-
-    def finish(outs, _):  # outs: results, gradients, then the products
-        return shape.pack(outs[len(outs) - k:])
-    return Compiled(module, hfn.name, hfn.arg_names, finish, device, dims, dtype)
+    return Compiled(module, hfn.name, hfn.arg_names,
+                    {"kind": "hvp", "results": len(f.result_types), "wrt": shape.names,
+                     "style": shape.style}, device, dims, dtype)
 
 
 def _seeded(module: Module, f: Function) -> tuple[Module, list[str]]:

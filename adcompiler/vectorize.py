@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence, Union
 
-import numpy as np
-
 from .api import Source
 from .diagnostics import AdcError
 from .transforms import Compiled, function
@@ -64,14 +62,7 @@ def vmap(program: Source | Compiled, in_axes: InAxes = 0, *, fn: str | None = No
         raise TypeError("vmap needs at least one batched input (in_axes is all None)")
     batch = Batch(fn=inner.fn_name, inputs=tuple(k for k in inner.inputs if k in axes))
     module = run_pipeline(inner.module, [batch, *parse_pipeline(passes)])
-    finish = inner._finish
-    out = Compiled(module, inner.fn_name + "_batched", inner.inputs, finish, inner.device,
+    out = Compiled(module, inner.fn_name + "_batched", inner.inputs, inner.spec, inner.device,
                    inner.dims, inner.dtype)
-    call = out.call
-
-    def moved(named):   # the pass reads each batched input's examples on axis 0
-        return call({k: np.moveaxis(np.asarray(v), axes[k], 0) if axes.get(k) else v
-                     for k, v in named.items()})
-    out.call = moved
+    out.in_axes = axes
     return out
-

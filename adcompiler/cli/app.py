@@ -111,10 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    "and, in reverse mode, of the gradients.")
     _common(r)
     r.add_argument("--mode", choices=("forward", "reverse") + FORWARD_MODES,
-                   default="reverse",
                    help="forward: values only; reverse: values and gradients; jvp: values "
                         "and directional derivatives; hvp: gradients and Hessian-vector "
-                        "products (default reverse)")
+                        "products (default reverse; a function a pass already derived, "
+                        "such as f_grad in a saved IR file, runs as it is)")
     r.add_argument("--dtype", choices=("f16", "f32", "f64"),
                    help="make every float in the program this type, e.g. f64")
     r.add_argument("--device", choices=("cpu", "cuda"), default="cpu",

@@ -116,6 +116,7 @@ def cmd_run(args) -> int:
     if args.threads:
         from adc_runtime.threads import set_blas_threads
         set_blas_threads(args.threads)
+    explicit_mode, args.mode = args.mode is not None, args.mode or "reverse"
     _check_remat_mode(args)
     if args.mode in FORWARD_MODES:
         if xp is not np:
@@ -128,7 +129,7 @@ def cmd_run(args) -> int:
     # remat schedules loops of a fixed trip count: let --bind fix symbolic ones first
     comp = compile_program(args.file, args.mode, args.fn, args.wrt, dtype=args.dtype,
                            bind=_binds(args) if args.remat != "none" else None,
-                           seed_output=args.seed_output)
+                           seed_output=args.seed_output, rederive=explicit_mode)
     for n in comp.notes:
         _note(n)
     binder = DimBinder(_binds(args))

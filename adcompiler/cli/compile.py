@@ -34,7 +34,11 @@ class Compiled:
         return self.module[self.run_name]
 
     def output_names(self) -> list[str]:
-        """OUT.npz keys of the run function's outputs (spec §7)."""
+        """OUT.npz keys of the run function's outputs (spec §7); a function run as it is
+        names them as the pass that derived it would (``grad_<w>``...)."""
+        from ..artifact import output_names
+        if self.run_name == self.primal.name:
+            return output_names(self.module, self.run_fn)
         n = self.n_results
         outs = ["out"] if n == 1 else [f"out{k}" for k in range(n)]
         return outs + [f"grad_{w}" for w in self.wrt]
@@ -161,13 +165,20 @@ def compile_program(path: str, mode: str, fn_name: str | None = None,
                     wrt: list[str] | None = None, passes: str | None = None,
                     dtype: str | None = None, bind: dict | None = None,
                     print_ir_after_all: bool = False,
-                    seed_output: str | None = None) -> Compiled:
+                    seed_output: str | None = None, rederive: bool = True) -> Compiled:
     """Load `path` and compile it for `mode` (``forward`` or ``reverse``); `seed_output`
-    names the one result reverse mode differentiates (default: all, seeded with ones)."""
+    names the one result reverse mode differentiates (default: all, seeded with ones).
+    Without `rederive`, a function a pass already derived runs as it is."""
+    from ..artifact import derived_from
     from ..passes.pipeline import run_pipeline
 
     module, fn = prepare_module(path, fn_name, dtype, bind)
     notes: list[str] = []
+    if mode == "reverse" and not rederive and derived_from(fn) and seed_output is None:
+        notes.append(f"'{fn.name}' is already derived ({derived_from(fn)} "
+                     f"'{fn.attrs[derived_from(fn)]}'): running it as it is; --mode reverse "
+                     "differentiates it again")
+        mode = "forward"
     wrt_names = resolve_wrt(fn, wrt, notes) if mode == "reverse" else []
     seed = seeding(fn, seed_output, notes) if mode == "reverse" else ()
     pipeline = build_pipeline(mode, fn.name, wrt_names, passes, seed)

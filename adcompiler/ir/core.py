@@ -132,6 +132,10 @@ class Function:
     attrs: dict[str, Any] = field(default_factory=dict)
     loc: Loc | None = None
 
+    def __str__(self) -> str:
+        from .printer import print_function
+        return print_function(self)
+
     @property
     def args(self) -> list[Value]:
         return self.body.args
@@ -163,6 +167,19 @@ class Module:
     """
 
     functions: dict[str, Function] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        """The IR text (`print_module`)."""
+        from .printer import print_module
+        return print_module(self)
+
+    def _repr_html_(self) -> str:
+        import html
+        return f"<pre>{html.escape(str(self))}</pre>"
+
+    def __reduce__(self):
+        """Pickled as its IR text: what is stored is what `print_module` shows."""
+        return _module_from_text, (str(self),)
 
     def add(self, fn: Function) -> Function:
         self.functions[fn.name] = fn
@@ -240,3 +257,8 @@ def replace_all_uses(block: Block, mapping: dict[Value, Value]) -> None:
             if v in mapping:
                 op.operands = [mapping.get(v, v) for v in ops]
                 break
+
+
+def _module_from_text(text: str) -> "Module":
+    from .parser import parse_module
+    return parse_module(text, "<pickle>")
