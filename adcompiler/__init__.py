@@ -60,7 +60,8 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "Activity": ("adcompiler.passes.activity", "Activity"),
     "ScanInputs": ("adcompiler.passes.scan_inputs", "ScanInputs"),
     "Reverse": ("adcompiler.passes.reverse", "Reverse"),
-    "Forward": ("adcompiler.passes.forward", "Forward"),
+    "JVP": ("adcompiler.passes.jvp", "JVP"),
+    "Forward": ("adcompiler.passes.jvp", "JVP"),  # the older name of the jvp pass
     "HVP": ("adcompiler.passes.hvp", "HVP"),
     "Remat": ("adcompiler.passes.remat", "Remat"),
     "Batch": ("adcompiler.passes.batch", "Batch"),
@@ -156,7 +157,8 @@ if TYPE_CHECKING:  # static view of the lazy names above, for type checkers and 
     from .passes.canonicalize import Canonicalize
     from .passes.cse import CSE
     from .passes.dce import DCE
-    from .passes.forward import Forward
+    from .passes.jvp import JVP
+    from .passes.jvp import JVP as Forward
     from .passes.hvp import HVP
     from .passes.inline import Inline
     from .passes.pipeline import (FunctionPass, ModulePass, get_pass, parse_pipeline,

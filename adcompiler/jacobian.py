@@ -25,7 +25,8 @@ import numpy as np
 from .ir.builder import Builder
 from .ir.core import Block, Function, Module
 from .passes.dce import DCE
-from .passes.forward import Forward, resolve_wrt
+from .passes.ad import resolve_wrt
+from .passes.jvp import JVP
 from .passes.reverse import Reverse
 from .passes.scan_inputs import ScanInputs
 
@@ -116,7 +117,7 @@ def jacobian(module: Module, fn_name: str, inputs: dict, wrt: list[str] | None =
     jac = Jacobian(chosen, reason)
     blocks = {(k, w): np.zeros(np.shape(outs[k]) + x[w].shape) for k in floats for w in wrt}
     if chosen == "forward":
-        jm = Forward(wrt=tuple(wrt), fn=fn_name)(module)
+        jm = JVP(wrt=tuple(wrt), fn=fn_name)(module)
         jfn = jm[f"{fn_name}_jvp"]
         t_names = jfn.arg_names[len(fn.args):]
         zeros = {t: np.zeros_like(x[w], dtype=_float_dtype(x[w])) for t, w in zip(t_names, wrt)}

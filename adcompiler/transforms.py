@@ -419,9 +419,9 @@ def jvp(program: Source, fn: str | None = None, wrt: Wrt = None, *,
     (see `Compiled.inputs`); each of value and tangent is one array for a single result,
     else a tuple.
     """
-    from .passes.forward import Forward
+    from .passes.jvp import JVP
     _no_remat(remat, "jvp")
-    module, tfn, f, _ = _second_order(Forward, program, fn, wrt, argnums, passes, "_jvp",
+    module, tfn, f, _ = _second_order(JVP, program, fn, wrt, argnums, passes, "_jvp",
                                       dtype)
     return Compiled(module, tfn.name, tfn.arg_names,
                     {"kind": "jvp", "results": len(f.result_types)}, device, dims, dtype)

@@ -10,7 +10,7 @@ from adcompiler.frontend import compile_source
 from adcompiler.ir.builder import Builder
 from adcompiler.ir.core import Block, Function, Module
 from adcompiler.ir.types import TensorType
-from adcompiler.passes.forward import Forward
+from adcompiler.passes.jvp import JVP
 from adcompiler.passes.reverse import Reverse
 
 RNG = np.random.default_rng(7)
@@ -35,7 +35,7 @@ def f(param x: f64[3], param c: f64[2, 1]) -> (f64[2, 3], f64) {
 
 def test_values_are_exact_derivative_of_a_quadratic():
     m = compile_source("def f(param x: f64[3]) -> f64 { return sum(3.0 * x * x) }")
-    jm = Forward(wrt=("x",), fn="f")(m)
+    jm = JVP(wrt=("x",), fn="f")(m)
     x, t = np.array([1.0, -2.0, 0.5]), np.array([0.1, 1.0, -2.0])
     val, tan = run(jm, "f_jvp", {"x": x, "t_x": t})
     assert val == 3 * np.sum(x * x)
@@ -49,7 +49,7 @@ def f(param a: f64[2], k: f64[2]) -> f64 {
     for i in range(3) { h = exp(h * k) }
     return sum(a * a) + sum(h)
 }""")
-    jm = Forward(wrt=("a",), fn="f")(m)
+    jm = JVP(wrt=("a",), fn="f")(m)
     loops = [op for op in ops_of(jm, "f_jvp") if op.name == "for"]
     assert len(loops) == 1 and loops[0].attrs["n_carry"] == 1   # no tangent carry
     assert not any(op.name == "exp" for op in loops[0].walk() if op.operands and
@@ -61,7 +61,7 @@ def f(param a: f64[2], k: f64[2]) -> f64 {
 
 def test_unused_tangent_is_symbolic_zero():
     m = compile_source("def f(param a: f64[2], param b: f64[2]) -> f64 { return sum(exp(a)) }")
-    jm = Forward(wrt=("b",), fn="f")(m)
+    jm = JVP(wrt=("b",), fn="f")(m)
     fn = jm["f_jvp"]
     assert [op.name for op in fn.body.ops] == ["exp", "sum", "zeros", "return"]
     assert run(jm, "f_jvp", {"a": np.ones(2), "b": np.ones(2), "t_b": np.ones(2)})[1] == 0.0
@@ -80,7 +80,7 @@ def f(xs: f64[T, 3], param h0: f64[3], param w: f64[3], param b: f64[3]) -> (f64
 }""")
     inputs = {"xs": randn(5, 3), "h0": randn(3), "w": randn(3), "b": randn(3)}
     check_jvp(m, inputs, ["xs", "h0", "w", "b"], roundtrip=True)
-    jm = Forward(wrt=("h0", "w", "b"), fn="f")(m)
+    jm = JVP(wrt=("h0", "w", "b"), fn="f")(m)
     loops = [op for op in ops_of(jm, "f_jvp") if op.name == "for"]
     assert len(loops) == 1   # one loop carries primal and tangent
 
@@ -125,7 +125,7 @@ def test_reverse_loops_of_an_adjoint_program():
     m = Reverse(wrt=("xs", "c0"), fn="f")(_scan_module())
     inputs = {"xs": randn(3, 2), "c0": randn(2)}
     check_jvp(m, inputs, ["xs", "c0"], fn="f_grad")
-    jm = Forward(wrt=("xs",), fn="f_grad")(m)
+    jm = JVP(wrt=("xs",), fn="f_grad")(m)
     assert any(op.name == "for" and op.attrs["reverse"] for op in ops_of(jm, "f_grad_jvp"))
 
 
@@ -141,7 +141,7 @@ def f(param x: f64[N]) -> f64 { return sum(ste_round(x) * x) }
 
 def test_call_uses_the_tangent_rule():
     m = compile_source(CUSTOM % "tangent ste_round(x, dx) { return dx * 2.0 }")
-    jm = Forward(wrt=("x",), fn="f")(m)
+    jm = JVP(wrt=("x",), fn="f")(m)
     x, t = np.array([0.4, 1.7, -2.2]), np.array([1.0, -1.0, 0.5])
     val, tan = run(jm, "f_jvp", {"x": x, "t_x": t})
     assert val == np.sum(np.round(x) * x)
@@ -154,7 +154,7 @@ def test_call_uses_the_tangent_rule():
 def test_grad_rule_without_tangent_rule_is_an_error():
     m = compile_source(CUSTOM % "", "model.tdsl")
     with pytest.raises(AdcError) as e:
-        Forward(wrt=("x",), fn="f")(m)
+        JVP(wrt=("x",), fn="f")(m)
     assert "'ste_round'" in e.value.message and "add a rule 'tangent ste_round" in e.value.message
     assert e.value.loc is not None and e.value.loc.line == 7
 
@@ -172,7 +172,7 @@ def f(param x: f64[2], param y: f64[2]) -> f64 {
 
 def test_tangent_names_avoid_input_names():
     m = compile_source("def f(param x: f64[2], t_x: f64[2]) -> f64 { return sum(x * t_x) }")
-    jm = Forward(wrt=("x",), fn="f")(m)
+    jm = JVP(wrt=("x",), fn="f")(m)
     assert jm["f_jvp"].arg_names == ["x", "t_x", "_t_x"]
     _, tan = run(jm, "f_jvp", {"x": np.ones(2), "t_x": np.array([2.0, 3.0]),
                                "_t_x": np.array([1.0, 10.0])})
@@ -182,7 +182,7 @@ def test_tangent_names_avoid_input_names():
 def test_integer_result_gets_zero_tangent_and_f32_stays_f32():
     m = compile_source("""
 def f(param x: f32[3]) -> (f32, i64) { return sum(x * x), sum(x > 0.0) }""")
-    jm = Forward(wrt=("x",), fn="f")(m)
+    jm = JVP(wrt=("x",), fn="f")(m)
     outs = run(jm, "f_jvp", {"x": np.array([1, -2, 3], np.float32),
                              "t_x": np.ones(3, np.float32)})
     assert outs[2].dtype == np.float32 and outs[2] == 4.0
@@ -191,11 +191,11 @@ def f(param x: f32[3]) -> (f32, i64) { return sum(x * x), sum(x > 0.0) }""")
 
 def test_default_wrt_and_errors():
     m = compile_source("def f(param x: f64[2], y: f64[2], n: i64) -> f64 { return sum(x * y) }")
-    assert Forward()(m)["f_jvp"].arg_names == ["x", "y", "n", "t_x"]
+    assert JVP()(m)["f_jvp"].arg_names == ["x", "y", "n", "t_x"]
     with pytest.raises(AdcError, match="'z' is not an input"):
-        Forward(wrt=("z",))(m)
+        JVP(wrt=("z",))(m)
     with pytest.raises(AdcError, match="integer type"):
-        Forward(wrt=("n",))(m)
+        JVP(wrt=("n",))(m)
 
 
 def test_pipeline_name():

@@ -15,7 +15,7 @@ from adcompiler.ir.parser import parse_module
 from adcompiler.ir.printer import print_module
 from adcompiler.ir.types import DTYPE_OF_NUMPY, TensorType
 from adcompiler.ir.verifier import verify
-from adcompiler.passes.forward import Forward
+from adcompiler.passes.jvp import JVP
 
 RNG = np.random.default_rng(2024)
 
@@ -46,7 +46,7 @@ def check_jvp(module: Module, inputs: dict, wrt: list[str], *, fn: str = "f", se
     differences for a random direction; returns the tangents."""
     rng = np.random.default_rng(seed)
     tangents = {w: rng.standard_normal(np.shape(inputs[w])) for w in wrt}
-    jm = Forward(wrt=tuple(wrt), fn=fn)(module)
+    jm = JVP(wrt=tuple(wrt), fn=fn)(module)
     verify(jm)
     if roundtrip:
         text = print_module(jm)
@@ -115,25 +115,25 @@ def test_kink_conventions_match_reverse_mode():
     x = np.array([-1.0, 0.0, 2.0])
     cases = {"relu": [0.0, 0.0, 1.0], "abs": [-1.0, 0.0, 1.0], "sign": [0.0, 0.0, 0.0]}
     for name, slope in cases.items():
-        jm = Forward(wrt=("a0",), fn="f")(op_module(name, [x]))
+        jm = JVP(wrt=("a0",), fn="f")(op_module(name, [x]))
         _, tan = run(jm, "f_jvp", {"a0": x, "t_a0": np.ones(3)})
         np.testing.assert_array_equal(tan, slope, err_msg=name)
     a, b = np.array([1.0, 2.0, 3.0]), np.array([1.0, 0.0, 5.0])
-    jm = Forward(wrt=("a0", "a1"), fn="f")(op_module("maximum", [a, b]))
+    jm = JVP(wrt=("a0", "a1"), fn="f")(op_module("maximum", [a, b]))
     _, tan = run(jm, "f_jvp", {"a0": a, "a1": b, "t_a0": np.ones(3), "t_a1": np.zeros(3)})
     np.testing.assert_array_equal(tan, [0.5, 1.0, 0.0])
     lo, hi = np.zeros(3), np.array([2.0, 2.0, 2.0])
     xs = np.array([0.0, 1.0, 2.0])
-    jm = Forward(wrt=("a0",), fn="f")(op_module("clip", [xs, lo, hi]))
+    jm = JVP(wrt=("a0",), fn="f")(op_module("clip", [xs, lo, hi]))
     _, tan = run(jm, "f_jvp", {"a0": xs, "a1": lo, "a2": hi, "t_a0": np.ones(3)})
     np.testing.assert_array_equal(tan, [1.0, 1.0, 1.0])   # bounds are inclusive
     lo, hi = np.ones(3), np.zeros(3)                      # crossed: the result is hi
-    jm = Forward(wrt=("a0", "a1", "a2"), fn="f")(op_module("clip", [xs, lo, hi]))
+    jm = JVP(wrt=("a0", "a1", "a2"), fn="f")(op_module("clip", [xs, lo, hi]))
     _, tan = run(jm, "f_jvp", {"a0": xs, "a1": lo, "a2": hi, "t_a0": np.ones(3),
                                "t_a1": np.full(3, 10.0), "t_a2": np.full(3, 100.0)})
     np.testing.assert_array_equal(tan, [100.0, 100.0, 100.0])
     a, b = np.array([0.0, 0.0, 2.0]), np.zeros(3)          # a ** 0: d/da = 0, also at 0
-    jm = Forward(wrt=("a0",), fn="f")(op_module("pow", [a, b]))
+    jm = JVP(wrt=("a0",), fn="f")(op_module("pow", [a, b]))
     _, tan = run(jm, "f_jvp", {"a0": a, "a1": b, "t_a0": np.ones(3)})
     np.testing.assert_array_equal(tan, [0.0, 0.0, 0.0])
 
@@ -151,7 +151,7 @@ def test_reduction(name, axis, keepdims):
 @pytest.mark.parametrize("name,want", [("max", [0.5, 0.5, 0.0]), ("min", [0.0, 0.0, 1.0])])
 def test_reduction_ties_average_the_tangent(name, want):
     x = np.array([2.0, 2.0, -1.0])
-    jm = Forward(wrt=("a0",), fn="f")(op_module(name, [x]))
+    jm = JVP(wrt=("a0",), fn="f")(op_module(name, [x]))
     _, tan = run(jm, "f_jvp", {"a0": x, "t_a0": np.array([1.0, 3.0, 5.0])})
     np.testing.assert_allclose(tan, np.dot(want, [1.0, 3.0, 5.0]))
 

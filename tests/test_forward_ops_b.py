@@ -13,7 +13,7 @@ from test_forward_ops import check_op, op_module
 from test_ops_shape import i64, rand
 from adcompiler.ir.builder import Builder
 from adcompiler.ops import registry
-from adcompiler.passes.forward import Forward
+from adcompiler.passes.jvp import JVP
 
 CHECKED = set()
 
@@ -70,7 +70,7 @@ def test_stop_gradient_and_one_hot_have_zero_tangent():
     oh = b.emit("one_hot", b.emit("cast", body.args[0], dtype="i64"), n=3, dtype="f64")
     b.ret([y, b.emit("mul", oh, body.args[1])])
     m["f"].result_types = [y.type, oh.type]
-    jm = Forward(wrt=("a0",), fn="f")(m)
+    jm = JVP(wrt=("a0",), fn="f")(m)
     _, _, t_y, t_oh = run(jm, "f_jvp", {"a0": x, "a1": x, "t_a0": np.ones(3)})
     np.testing.assert_array_equal(t_y, 0.0)
     np.testing.assert_array_equal(t_oh, 0.0)
@@ -79,7 +79,7 @@ def test_stop_gradient_and_one_hot_have_zero_tangent():
 
 def test_concat_with_one_tangent_fills_zeros():
     a, c = rand(2, 3), rand(1, 3)
-    jm = Forward(wrt=("a1",), fn="f")(op_module("concat", [a, c], {"axis": 0}))
+    jm = JVP(wrt=("a1",), fn="f")(op_module("concat", [a, c], {"axis": 0}))
     _, tan = run(jm, "f_jvp", {"a0": a, "a1": c, "t_a1": np.ones((1, 3))})
     np.testing.assert_array_equal(tan, [[0, 0, 0], [0, 0, 0], [1, 1, 1]])
 
@@ -88,7 +88,7 @@ def test_concat_with_one_tangent_fills_zeros():
 def test_cast(src, dst):
     np_dtype = {"f32": np.float32, "f64": np.float64, "i64": np.int64}
     x = np.array([1.5, -2.0], dtype=np_dtype[src])
-    jm = Forward(wrt=("a0",), fn="f")(op_module("cast", [x], {"dtype": dst}))
+    jm = JVP(wrt=("a0",), fn="f")(op_module("cast", [x], {"dtype": dst}))
     _, tan = run(jm, "f_jvp", {"a0": x, "t_a0": np.array([3.0, 4.0], dtype=np_dtype[src])})
     assert tan.dtype == np_dtype[dst]
     np.testing.assert_array_equal(tan, [0, 0] if dst == "i64" else [3.0, 4.0])
@@ -100,7 +100,7 @@ def test_sensitive_ops_have_finite_tangents_at_1e4_in_f32():
                      ("cross_entropy", [big, np.array([0, 2])]),
                      ("bce_with_logits", [big, np.full((2, 3), 0.5, np.float32)])]:
         m = op_module(op, [np.asarray(a) for a in args])
-        jm = Forward(wrt=("a0",), fn="f")(m)
+        jm = JVP(wrt=("a0",), fn="f")(m)
         ins = {f"a{k}": a for k, a in enumerate(args)}
         outs = run(jm, "f_jvp", {**ins, "t_a0": np.ones_like(big)})
         assert all(np.all(np.isfinite(o)) for o in outs), op

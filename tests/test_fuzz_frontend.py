@@ -21,7 +21,7 @@ import pytest
 
 from adcompiler.diagnostics import AdcError
 from adcompiler.frontend import compile_source
-from adcompiler.passes.forward import Forward
+from adcompiler.passes.jvp import JVP
 from adcompiler.passes.reverse import Reverse
 
 SAMPLES = {p.name: p.read_text() for p in sorted(Path(__file__).parent.parent.glob(
@@ -102,7 +102,7 @@ def check_one(src: str) -> str:
     if not floats:
         return "ok"
     try:
-        Forward(wrt=floats, fn=fn.name)(module)
+        JVP(wrt=floats, fn=fn.name)(module)
         Reverse(wrt=floats, fn=fn.name)(module)
     except AdcError:
         return "underived"

@@ -14,7 +14,7 @@ from adcompiler.frontend import compile_file, compile_source
 from adcompiler.ir.parser import parse_module
 from adcompiler.ir.printer import print_module
 from adcompiler.ir.verifier import verify
-from adcompiler.passes.forward import Forward
+from adcompiler.passes.jvp import JVP
 from adcompiler.passes.hvp import HVP, forward_over_reverse, reverse_over_forward
 
 RNG = np.random.default_rng(11)
@@ -150,7 +150,7 @@ def test_samples_in_float64(sample):
     def shifted(sign):
         return {**inputs, **{w: inputs[w] + sign * eps * v[w] for w in wrt}}
 
-    jm = Forward(wrt=tuple(wrt), fn=fn.name)(m)
+    jm = JVP(wrt=tuple(wrt), fn=fn.name)(m)
     tangents = run(jm, f"{fn.name}_jvp", {**inputs, **tv})[n:]
     for t, p, q in zip(tangents, run(m, fn.name, shifted(1)), run(m, fn.name, shifted(-1))):
         fd = (p - q) / (2 * eps)

@@ -165,3 +165,19 @@ def test_verify_runs_after_each_pass():
     with pytest.raises(VerifyError):
         run_pipeline(parse_module(TWO_FUNCS), "test-breaks-ir", verify=True)
     run_pipeline(parse_module(TWO_FUNCS), "test-breaks-ir")  # unchecked: no error
+
+
+def test_every_pass_is_a_module_pass_named_alike_in_file_class_and_pipeline():
+    import importlib
+    import pkgutil
+
+    import adcompiler.passes as passes
+    from adcompiler.passes.pipeline import PASSES, ModulePass
+    for m in pkgutil.iter_modules(passes.__path__):
+        importlib.import_module(f"adcompiler.passes.{m.name}")
+    builtin = {n: c for n, c in PASSES.items() if c.__module__.startswith("adcompiler.")}
+    assert {"reverse", "jvp", "hvp", "remat", "fuse", "batch"} <= set(builtin)
+    for name, cls in builtin.items():
+        assert issubclass(cls, ModulePass), name
+        assert cls.__module__ == "adcompiler.passes." + name.replace("-", "_"), name
+        assert cls.__name__.lower() == name.replace("-", ""), name

@@ -27,7 +27,7 @@ from adcompiler.ir.parser import parse_module
 from adcompiler.ir.printer import print_module
 from adcompiler.ir.verifier import verify
 from adcompiler.jacobian import build_pullback
-from adcompiler.passes.forward import Forward
+from adcompiler.passes.jvp import JVP
 from adcompiler.passes.hvp import forward_over_reverse, reverse_over_forward
 
 EXAMPLES = int(os.environ.get("ADC_PROPERTY_EXAMPLES", "30"))
@@ -63,7 +63,7 @@ def test_random_programs(program, data_seed):
 
     # forward mode against central differences
     v = {w: rng.standard_normal(shapes[w]) for w in wrt}
-    jm = Forward(wrt=tuple(wrt), fn="f")(m)
+    jm = JVP(wrt=tuple(wrt), fn="f")(m)
     roundtrip(jm)
     jouts = run(jm, "f_jvp", {**inputs, **{f"t_{w}": v[w] for w in wrt}})
     for got, want in zip(jouts[:n], outs):

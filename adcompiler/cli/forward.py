@@ -225,10 +225,10 @@ def check_forward(fwd: Compiled, inputs: dict, wrt: list[str], dims: dict, eps: 
     (float64). Errors are relative, with `floor` as the smallest scale."""
     from adc_runtime.executor import run_function
     from ..jacobian import build_pullback
-    from ..passes.forward import Forward
+    from ..passes.jvp import JVP
 
     name = fwd.run_name
-    jm = Forward(wrt=tuple(wrt), fn=name)(fwd.module)
+    jm = JVP(wrt=tuple(wrt), fn=name)(fwd.module)
     t_names = jm[f"{name}_jvp"].arg_names[len(fwd.run_fn.args):]
     pm, ct_names = build_pullback(fwd.module, name, wrt)
     rng = np.random.default_rng(seed)

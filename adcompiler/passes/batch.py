@@ -29,7 +29,7 @@ from ..ir.types import TensorType, dim_symbols
 from ..ops import registry
 from .clone import clone_module
 from .inline import Inline
-from .pipeline import register_pass
+from .pipeline import ModulePass, register_pass
 
 
 def _symbols(fn: Function) -> set[str]:
@@ -190,7 +190,7 @@ def batch_function(fn: Function, inputs: list[str], axis: int, n, name: str) -> 
 
 @register_pass("batch")
 @dataclass(frozen=True)
-class Batch:
+class Batch(ModulePass):
     """Add ``<fn>_batched``, `fn` (default: the main function) over a batch of examples of
     `inputs` (default: all), each with its batch axis at `axis`, of size `size` (default: a
     fresh symbolic dimension, ``N`` unless taken)."""

@@ -15,10 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir.core import Module
+from .ad import ADPass, resolve_wrt
 from .clone import clone_function, clone_module
 from .dce import DCE
-from .forward import build_tangent, resolve_wrt
 from .inline import Inline
+from .jvp import build_tangent
 from .pipeline import register_pass
 from .reverse import Reverse, build_adjoint
 
@@ -64,19 +65,16 @@ def reverse_over_forward(module: Module, fn_name: str, wrt: list[str]) -> Module
 
 @register_pass("hvp")
 @dataclass(frozen=True)
-class HVP:
+class HVP(ADPass):
     """Add ``<fn>_grad`` and ``<fn>_hvp`` (forward-over-reverse) for `fn`.
 
     `wrt` names the differentiated inputs (default: the inputs marked ``param``); with
     `check`, also add ``<fn>_jvp`` and ``<fn>_rof`` (reverse-over-forward).
     """
 
-    wrt: tuple[str, ...] = ()
-    fn: str = ""
     check: bool = False
 
-    def __call__(self, module: Module) -> Module:
-        fn_name = self.fn or module.main.name
+    def derive(self, module: Module, fn_name: str) -> Module:
         m = forward_over_reverse(module, fn_name, list(self.wrt))
         if self.check:
             rof = reverse_over_forward(module, fn_name, list(self.wrt))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ..diagnostics import AdcError
 from ..ir.core import Module
-from .pipeline import register_pass
+from .pipeline import ModulePass, register_pass
 
 
 def parse_bindings(items) -> dict[str, int]:
@@ -28,7 +28,7 @@ def parse_bindings(items) -> dict[str, int]:
 
 @register_pass("remat")
 @dataclass(frozen=True)
-class Remat:
+class Remat(ModulePass):
     """Rematerialization with `policy` (none, sqrt, revolve:C, budget:SIZE, min-memory) on
     the adjoint function `fn` (default: every function made by ``reverse``)."""
 

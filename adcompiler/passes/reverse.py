@@ -24,13 +24,10 @@ from ..ir.types import TensorType
 from ..ops import registry
 from ..ops.registry import has_trait
 from .activity import analyze_activity
-from .clone import clone_function, clone_module
+from .ad import ADPass, check_wrt, resolve_wrt, zeros_like
+from .clone import clone_function
 from .inline import Inline
 from .pipeline import register_pass
-
-
-def zeros_like(b: Builder, v: Value) -> Value:
-    return b.emit("zeros", shape=v.type.shape, dtype=v.type.dtype)
 
 
 class Cotangents:
@@ -236,13 +233,7 @@ def build_adjoint(module: Module, fn: Function, wrt: list[str], name: str,
     """The adjoint function of `fn` (whose calls without grad rules are already inlined);
     the results numbered in `seed` (default: all) are seeded with ones, the others with
     zeros."""
-    for w in wrt:
-        if w not in fn.arg_names:
-            raise AdcError(f"'{w}' is not an input of '{fn.name}' "
-                           f"(inputs: {', '.join(fn.arg_names)})", fn.loc)
-        if not fn.arg(w).type.is_float:
-            raise AdcError(f"cannot differentiate with respect to '{w}': "
-                           f"it has integer type {fn.arg(w).type}", fn.loc)
+    check_wrt(fn, wrt)
     adj, _ = clone_function(fn, name)
     ret = adj.body.ops.pop()
     results = list(ret.operands)
@@ -264,7 +255,7 @@ def build_adjoint(module: Module, fn: Function, wrt: list[str], name: str,
 
 @register_pass("reverse")
 @dataclass(frozen=True)
-class Reverse:
+class Reverse(ADPass):
     """Add ``<fn>_grad``, the adjoint of `fn` (default: the module's main function).
 
     `wrt` names the differentiated inputs (default: the inputs marked ``param``); `seed`
@@ -272,23 +263,16 @@ class Reverse:
     cotangents, so ``seed=0`` differentiates the first result alone).
     """
 
-    wrt: tuple[str, ...] = ()
-    fn: str = ""
     seed: tuple[int, ...] = ()
 
-    def __call__(self, module: Module) -> Module:
-        fn_name = self.fn or module.main.name
+    def derive(self, module: Module, fn_name: str) -> Module:
         m = Inline(fn=fn_name, rules=("grad",))(module)
         fn = m[fn_name]
-        wrt = list(self.wrt) or [a for a in fn.arg_names if a in fn.params]
-        if not wrt:
-            raise AdcError(f"function '{fn_name}' has no inputs marked 'param'; "
-                           f"say which to differentiate with --wrt", fn.loc)
+        wrt = resolve_wrt(fn, self.wrt)
         n = len(fn.result_types)
         for k in self.seed:
             if not 0 <= k < n:
                 raise AdcError(f"reverse: seed={k}, but '{fn_name}' has {n} result"
                                f"{'s' if n != 1 else ''}", fn.loc)
-        m = clone_module(m)
-        m.add(build_adjoint(m, m[fn_name], wrt, f"{fn_name}_grad", tuple(self.seed)))
+        m.add(build_adjoint(m, fn, wrt, f"{fn_name}_grad", tuple(self.seed)))
         return m

@@ -30,7 +30,7 @@ from ..ir.builder import Builder
 from ..ir.core import Block, Function, Module, Value
 from ..ir.types import TensorType
 from .clone import clone_op
-from .pipeline import parse_pipeline, register_pass
+from .pipeline import ModulePass, parse_pipeline, register_pass
 from .reverse import Reverse
 
 CLEANUP = "inline,canonicalize,cse,dce"
@@ -39,7 +39,7 @@ CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_'s
 
 @register_pass("train-step")
 @dataclass(frozen=True)
-class TrainStep:
+class TrainStep(ModulePass):
     """Add ``<fn>_step`` (or `name`), the training step of the loss `fn` for the inputs
     `wrt` (default: the ``param`` inputs). Optimizer options as in `adcompiler.optim`;
     ``weight_decay = none`` is the optimizer's default; `remat` is the checkpointing policy

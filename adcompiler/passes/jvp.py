@@ -29,13 +29,10 @@ from ..ir.types import TensorType
 from ..ops import registry
 from ..ops.registry import has_trait
 from .activity import analyze_activity
-from .clone import clone_function, clone_module
+from .ad import ADPass, resolve_wrt, zeros_like
+from .clone import clone_function
 from .inline import Inline
 from .pipeline import register_pass
-
-
-def zeros_like(b: Builder, v: Value) -> Value:
-    return b.emit("zeros", shape=v.type.shape, dtype=v.type.dtype)
 
 
 def tangent_name(name: str, taken) -> str:
@@ -191,22 +188,6 @@ def linear_jvp(b: Builder, op: Op, in_t: list) -> list:
     return b.create(op.name, args, op.attrs).results
 
 
-def resolve_wrt(fn: Function, wrt) -> list[str]:
-    """`wrt` checked against `fn`'s inputs; default: the ``param`` inputs."""
-    wrt = list(wrt) or [a for a in fn.arg_names if a in fn.params]
-    if not wrt:
-        raise AdcError(f"function '{fn.name}' has no inputs marked 'param'; "
-                       f"say which to differentiate with --wrt", fn.loc)
-    for w in wrt:
-        if w not in fn.arg_names:
-            raise AdcError(f"'{w}' is not an input of '{fn.name}' "
-                           f"(inputs: {', '.join(fn.arg_names)})", fn.loc)
-        if not fn.arg(w).type.is_float:
-            raise AdcError(f"cannot differentiate with respect to '{w}': "
-                           f"it has integer type {fn.arg(w).type}", fn.loc)
-    return wrt
-
-
 def build_tangent(module: Module, fn: Function, wrt: list[str], name: str,
                   outputs: list[int] | None = None) -> Function:
     """The tangent program of `fn` (whose calls without custom rules are inlined).
@@ -242,17 +223,13 @@ def build_tangent(module: Module, fn: Function, wrt: list[str], name: str,
 
 @register_pass("jvp")
 @dataclass(frozen=True)
-class Forward:
+class JVP(ADPass):
     """Add ``<fn>_jvp``, the tangent program of `fn` (default: the module's main function).
 
     `wrt` names the differentiated inputs (default: the inputs marked ``param``).
     """
 
-    wrt: tuple[str, ...] = ()
-    fn: str = ""
-
-    def __call__(self, module: Module) -> Module:
-        fn_name = self.fn or module.main.name
-        m = clone_module(Inline(fn=fn_name)(module))
+    def derive(self, module: Module, fn_name: str) -> Module:
+        m = Inline(fn=fn_name)(module)
         m.add(build_tangent(m, m[fn_name], list(self.wrt), f"{fn_name}_jvp"))
         return m

@@ -1,0 +1,59 @@
+"""What the AD passes share: `ADPass`, the base of ``reverse``, ``jvp`` and ``hvp`` (which
+function, which inputs), and the helpers of their tangent and cotangent environments."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..diagnostics import AdcError
+from ..ir.builder import Builder
+from ..ir.core import Function, Module, Value
+from .pipeline import ModulePass
+
+
+def zeros_like(b: Builder, v: Value) -> Value:
+    """Zeros of `v`'s type: a symbolic zero made concrete where a value is required."""
+    return b.emit("zeros", shape=v.type.shape, dtype=v.type.dtype)
+
+
+def resolve_wrt(fn: Function, wrt) -> list[str]:
+    """`wrt` checked against `fn`'s inputs; default: the ``param`` inputs."""
+    wrt = list(wrt) or [a for a in fn.arg_names if a in fn.params]
+    if not wrt:
+        raise AdcError(f"function '{fn.name}' has no inputs marked 'param'; "
+                       f"say which to differentiate with --wrt", fn.loc)
+    check_wrt(fn, wrt)
+    return wrt
+
+
+def check_wrt(fn: Function, wrt) -> None:
+    """An error unless every name in `wrt` is a float input of `fn`."""
+    for w in wrt:
+        if w not in fn.arg_names:
+            raise AdcError(f"'{w}' is not an input of '{fn.name}' "
+                           f"(inputs: {', '.join(fn.arg_names)})", fn.loc)
+        if not fn.arg(w).type.is_float:
+            raise AdcError(f"cannot differentiate with respect to '{w}': "
+                           f"it has integer type {fn.arg(w).type}", fn.loc)
+
+
+@dataclass(frozen=True)
+class ADPass(ModulePass):
+    """A pass that adds a derivative program of one function to the module.
+
+    `fn` names the function (default: the module's main function), `wrt` the differentiated
+    inputs (default: those marked ``param``). Subclasses implement `derive`, which gets the
+    module and the function's name and returns a new module: each starts with a pass that
+    copies the module (inlining), so calling an AD pass makes no copy of its own.
+    """
+
+    wrt: tuple[str, ...] = ()
+    fn: str = ""
+
+    def __call__(self, module: Module) -> Module:
+        return self.run(module)
+
+    def run(self, module: Module) -> Module:
+        return self.derive(module, self.fn or module.main.name)
+
+    def derive(self, module: Module, fn_name: str) -> Module:
+        raise NotImplementedError
