@@ -40,7 +40,7 @@ from ..ops import registry
 from ..ops.registry import has_trait
 from ..ops.reduce import reduced_axes
 from .c import COMPUTE, PARAM_TYPE, STORAGE, literal, math_fn  # noqa: F401  (re-exported)
-from .names import sanitize
+from .names import comment_text, sanitize
 
 # helpers whose NaN behaviour matches NumPy's maximum/minimum (fmaxf would drop a NaN)
 PREAMBLE = """\
@@ -85,7 +85,7 @@ class KernelSpec:
 
     def python(self) -> str:
         """The kernel as a Python statement building it."""
-        head = f"# {self.where}\n" if self.where else ""
+        head = f"# {comment_text(self.where)}\n" if self.where else ""
         if self.kind == REDUCTION:
             if self.to_shape is not None:
                 launch = (f"axes summed from {list(self.in_shape)} down to "
@@ -239,11 +239,16 @@ def _where(fn: Function, op: Op) -> str:
 def kernel_specs(module: Module) -> dict[Op, KernelSpec]:
     """Every ``fused`` op of `module` with its kernel, in function and op order."""
     out: dict[Op, KernelSpec] = {}
+    used: set[str] = set()
     for fn in module.functions.values():
+        base = f"adc_{sanitize(fn.name)}"
+        while f"{base}_0" in used:  # two function names alike once sanitized
+            base += "_"
         k = 0
         for op in fn.walk():
             if has_trait(op, "group"):
-                out[op] = kernel_spec(op, f"adc_{sanitize(fn.name)}_{k}", _where(fn, op))
+                out[op] = kernel_spec(op, f"{base}_{k}", _where(fn, op))
+                used.add(f"{base}_{k}")
                 k += 1
     return out
 

@@ -1,4 +1,5 @@
-"""Readable, unique identifiers for IR values in emitted source (Python, DOT)."""
+"""Readable, unique identifiers for IR values in emitted source (Python, DOT), and text from
+programs made safe to quote in it."""
 from __future__ import annotations
 
 import keyword
@@ -37,8 +38,10 @@ class Namer:
 
 
 def sanitize(hint: str) -> str:
-    """A Python identifier close to `hint` (``x.grad`` -> ``x_grad``, ``if`` -> ``if_``)."""
-    name = re.sub(r"\W", "_", hint) or "v"
+    """A Python (and C) identifier close to `hint` (``x.grad`` -> ``x_grad``, ``if`` ->
+    ``if_``). ASCII only: Python folds some other letters together (NFKC), which could make
+    two names one."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", hint) or "v"
     if name[0].isdigit():
         name = "v" + name
     if keyword.iskeyword(name) or keyword.issoftkeyword(name):
@@ -53,3 +56,18 @@ def dim_expr(d: Dim, symbols: dict[str, str] | None = None) -> str:
         return str(d)
     symbols = symbols or {}
     return re.sub(r"[A-Za-z_][A-Za-z0-9_]*", lambda m: symbols.get(m.group(), m.group()), d)
+
+
+def comment_text(text: str) -> str:
+    """`text` (a file name, a source line) safe inside a one-line comment of generated source:
+    each character that is not printable (a line break of any kind, NUL, a lone surrogate
+    from an undecodable file name, ...) is written as its Python escape."""
+    return "".join(c if c.isprintable() or c == "\t" else repr(c)[1:-1] for c in text)
+
+
+def string_literal(text: str, quotes: str = '"""') -> str:
+    """`text` as a Python string literal: between `quotes` when that reads back exactly, else
+    as `repr` writes it."""
+    if text.isprintable() and "\\" not in text and '"' not in text and "'" not in text:
+        return f"{quotes}{text}{quotes}"
+    return repr(text)

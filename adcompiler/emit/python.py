@@ -9,6 +9,7 @@ line behind each group of ops.
 """
 from __future__ import annotations
 
+import keyword
 import math
 import os
 
@@ -18,12 +19,14 @@ from ..ir.verifier import ANNOTATION_ATTRS
 from ..ops import registry
 from ..ops.control import RETURN, YIELD
 from ..ops.registry import has_trait
-from .names import Namer, dim_expr, sanitize
+from .names import Namer, comment_text, dim_expr, sanitize, string_literal
 
-RESERVED = {"np", "K", "dims"}
+# names the emitted code uses: no value, dimension or function may take them
+RESERVED = {"np", "K", "dims", "range", "float", "str", "ValueError"}
 # names the script part of the module uses, kept free of function names
 MAIN_LOCALS = {"sys", "_main", "argv", "data", "dtypes", "inputs", "outs", "names", "name",
-               "value", "saves"}
+               "value", "saves", "len", "print", "zip", "int", "dict", "__import__",
+               "__name__"}
 
 _MAIN = '''
 def _main(argv):
@@ -51,20 +54,29 @@ if __name__ == "__main__":
 
 
 class _Sources:
-    """Source lines for provenance comments: given texts first, then files on disk."""
+    """Source lines for provenance comments: given texts first, then ``.tdsl`` files on
+    disk (the locations in IR text are data: they must not quote arbitrary files)."""
 
     def __init__(self, texts: dict[str, str] | None):
-        self.lines = {k: v.splitlines() for k, v in (texts or {}).items()}
+        self.lines = {k: _lines(v) for k, v in (texts or {}).items()}
 
     def line(self, file: str, n: int) -> str:
         if file not in self.lines:
+            if not file.endswith(".tdsl"):
+                return ""  # IR text may name any file: only TDSL programs are quoted
             try:
-                with open(file, encoding="utf-8") as f:
-                    self.lines[file] = f.read().splitlines()
-            except (OSError, UnicodeDecodeError):
+                with open(file, "rb") as f:  # as the frontend reads it: no newline translation
+                    self.lines[file] = _lines(f.read().decode("utf-8", "replace"))
+            except OSError:
                 self.lines[file] = []
         lines = self.lines[file]
         return lines[n - 1].strip() if 1 <= n <= len(lines) else ""
+
+
+def _lines(text: str) -> list[str]:
+    """Lines as the TDSL parser counts them: ended by LF, CR LF or CR only (not U+2028, a
+    form feed, ...)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
 
 
 def _bindable(fn: Function) -> dict[str, tuple]:
@@ -136,7 +148,9 @@ class _FunctionEmitter:
         self.module, self.fn, self.fn_names = module, fn, fn_names
         self.needs_dims, self.sources = needs_dims, sources
         self.symbols = _symbols(fn)
-        self.syms = {s: s if s not in RESERVED else f"{s}_dim" for s in self.symbols}
+        taken = RESERVED | set(fn_names.values())
+        self.syms = {s: s if s not in taken and sanitize(s) == s else f"{sanitize(s)}_dim"
+                     for s in self.symbols}
         self.name = Namer(RESERVED | set(self.syms.values()) | set(fn_names.values()))
         self.lines: list[str] = []
         self.last_loc = None
@@ -149,7 +163,7 @@ class _FunctionEmitter:
         sig = ", ".join(f"{a.name}: {a.type}" for a in fn.args)
         res = ", ".join(str(t) for t in fn.result_types)
         self.lines.append(f"def {self.fn_names[fn.name]}({', '.join(params)}):")
-        self.lines.append(f'    """{fn.name}({sig}) -> ({res})"""')
+        self.lines.append("    " + string_literal(f"{fn.name}({sig}) -> ({res})"))
         bindable = _bindable(fn)
         for sym in self.symbols:
             if sym in bindable:
@@ -166,8 +180,8 @@ class _FunctionEmitter:
             return
         self.last_loc = (loc.file, loc.line)
         text = self.sources.line(loc.file, loc.line)
-        self.lines.append("    " * depth + f"# {os.path.basename(loc.file)}:{loc.line}"
-                          + (f"  {text}" if text else ""))
+        self.lines.append("    " * depth + "# " + comment_text(
+            f"{os.path.basename(loc.file)}:{loc.line}" + (f"  {text}" if text else "")))
 
     def block(self, block: Block, depth: int) -> None:
         for op in block.ops:
@@ -206,7 +220,8 @@ class _FunctionEmitter:
             if k in ANNOTATION_ATTRS:
                 continue
             src = _attr_source(op, k, v, self.syms)
-            kwargs.append(f"{k}={src}" if k.isidentifier() else f"**{{{k!r}: {src}}}")
+            plain = k.isascii() and k.isidentifier() and not keyword.iskeyword(k)
+            kwargs.append(f"{k}={src}" if plain else f"**{{{k!r}: {src}}}")
         self.lines.append(f"{pad}{outs} = K[{op.name!r}]({', '.join(['np'] + args + kwargs)})")
 
     def slice_checks(self, op: Op, pad: str) -> None:
@@ -297,7 +312,9 @@ def emit_python(module: Module, fn_name: str, output_names: list[str] | None = N
 
     `output_names` label the results in the script's printout and its output .npz
     (default ``out0``, ``out1``, ...); `sources` maps file names to their text for the
-    provenance comments (default: read from disk).
+    provenance comments (default: read from disk, ``.tdsl`` files only). Every string from
+    the module (file names, source lines, names, attributes) is quoted or escaped: the
+    emitted source runs nothing the program or its file name says.
     """
     fn = module[fn_name]
     fn_names, used = {}, RESERVED | MAIN_LOCALS
@@ -310,7 +327,8 @@ def emit_python(module: Module, fn_name: str, output_names: list[str] | None = N
         fn_names[name] = py
     needs_dims = _needs_dims(module)
     src = _Sources(sources)
-    out = [f'"""NumPy program for {fn_name}, emitted by adc.',
+    shown = fn_name if string_literal(fn_name).startswith('"') else sanitize(fn_name)
+    out = [f'"""NumPy program for {shown}, emitted by adc.',
            "",
            f"Run it as: python THIS_FILE.py INPUTS.npz [OUT.npz] [DIM=SIZE ...]",
            '"""',

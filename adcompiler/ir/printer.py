@@ -32,7 +32,12 @@ INDENT = "  "
 
 
 def _quote(s: str) -> str:
-    return json.dumps(s, ensure_ascii=False)
+    """A JSON string literal; characters that are not printable (U+2028, a lone surrogate
+    from an undecodable file name, ...) escaped too, so the text is one line of UTF-8."""
+    text = json.dumps(s, ensure_ascii=False)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else json.dumps(c)[1:-1] for c in text)
 
 
 def format_type(t: TensorType) -> str:
