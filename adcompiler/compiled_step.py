@@ -28,7 +28,8 @@ def train_step(program: Source, optimizer: Optimizer | str, clip: float | None =
                accumulate: int = 1, fn: str | None = None,
                wrt: str | Sequence[str] | None = None, dtype: str | None = None,
                remat: str | None = None, device: str = "cpu", *,
-               passes: str = DEFAULT_PASSES, dims: Mapping[str, int] | None = None
+               passes: str = DEFAULT_PASSES, dims: Mapping[str, int] | None = None,
+               comm=None, bucket_mb: float = 25.0, overlap: bool = True
                ) -> "CompiledStep":
     """Compile the training step of the loss `fn` (default: the main function).
 
@@ -37,6 +38,9 @@ def train_step(program: Source, optimizer: Optimizer | str, clip: float | None =
     micro-batches per step; each call's batch then holds K times the rows, split along axis
     0. `wrt`: the trained inputs (default: the ``param`` inputs). `dtype`: make every float
     this dtype first (``"f64"``). `remat`: a checkpointing policy for the adjoint.
+    `comm`: a communicator of data-parallel training (`adcompiler.distributed`): the
+    ``allreduce`` pass averages the loss and gradients over its processes in buckets of
+    `bucket_mb` MiB, overlapped with the backward pass unless `overlap` is false.
     """
     from .passes.pipeline import parse_pipeline, run_pipeline
     from .passes.scan_inputs import ScanInputs
@@ -52,9 +56,13 @@ def train_step(program: Source, optimizer: Optimizer | str, clip: float | None =
     bind = tuple(f"{k}={v}" for k, v in (dims or {}).items())
     step_pass = TrainStep(fn=f.name, wrt=names, clip=clip, accumulate=accumulate,
                           remat=remat or "none", bind=bind, **option_fields(optimizer))
-    module = run_pipeline(module, [*parse_pipeline(passes), ScanInputs(), step_pass,
-                                   *parse_pipeline(f"dce{{fn={f.name}_step}}")])
-    return CompiledStep(module, f"{f.name}_step", optimizer, device, dims)
+    pipeline = [*parse_pipeline(passes), ScanInputs(), step_pass]
+    if comm is not None:
+        from .passes.allreduce import AllReduce
+        pipeline.append(AllReduce(fn=f"{f.name}_step", bucket_mb=bucket_mb, overlap=overlap,
+                                  bind=bind))
+    module = run_pipeline(module, pipeline + parse_pipeline(f"dce{{fn={f.name}_step}}"))
+    return CompiledStep(module, f"{f.name}_step", optimizer, device, dims, comm)
 
 
 class CompiledStep:
@@ -66,10 +74,11 @@ class CompiledStep:
     """
 
     def __init__(self, module: Module, fn_name: str, optimizer: Optimizer, device: str = "cpu",
-                 dims: Mapping[str, int] | None = None):
+                 dims: Mapping[str, int] | None = None, comm=None):
         fn = module[fn_name]
         self.module, self.fn_name, self.optimizer = module, fn_name, optimizer
         self.device, self.dims = device, dict(dims or {})
+        self.comm = comm
         self.params = list(fn.attrs["params"])
         self.state_names = list(fn.attrs["state"])
         self.batch_names = list(fn.attrs["batch"])
@@ -104,7 +113,12 @@ class CompiledStep:
             named[name] = self._split(name, batch[name])
         if self._runner is None:
             self._runner = runner(self.module, self.fn_name, self.device, donate=True)
-        outs, _ = self._runner(named, self.dims)
+        if self.comm is None:
+            outs, _ = self._runner(named, self.dims)
+        else:
+            from adc_runtime.collectives import using
+            with using(self.comm):
+                outs, _ = self._runner(named, self.dims)
         by_name = dict(zip(self.outputs, outs))
         new_params = {n: self._own(by_name[n]) for n in self.params}
         new_state = {n: self._own(by_name[n]) for n in self.state_names}

@@ -64,4 +64,4 @@ def out_kernel(*names: str, rule: str = "same"):
 DTYPES = {"f16": "float16", "f32": "float32", "f64": "float64",
           "i32": "int32", "i64": "int64", "bool": "bool"}
 
-from . import create, elementwise, reduce, linalg, shape, nn  # noqa: E402,F401  (registration)
+from . import create, elementwise, reduce, linalg, shape, nn, collective  # noqa: E402,F401

@@ -1,0 +1,126 @@
+"""Communicators: what ``allreduce_start``/``allreduce_wait`` kernels talk to.
+
+A communicator has a `rank`, a `size`, ``start(buffer)`` (begin an in-place all-reduce,
+summing `buffer` over the processes, without waiting) and ``wait(buffer)`` (finish it). The
+kernels divide by `size` after the wait: the gradients of equal shards are averaged, as
+DistributedDataParallel does.
+
+* `Local` — one process: nothing to exchange (the default).
+* `MPI` — mpi4py's ``Iallreduce`` on the array's own memory (the buffer interface, never
+  pickling), in place; on CuPy arrays mpi4py passes device pointers (CUDA-aware MPI).
+* `NCCL` — ``cupy.cuda.nccl``: each bucket's all-reduce is queued on a communication stream
+  after the compute stream's work so far, and the compute stream waits for it at the wait.
+
+`using(comm)` makes a communicator current for the kernels run inside it.
+"""
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+
+
+class Local:
+    """One process: an all-reduce is the identity."""
+
+    rank, size = 0, 1
+
+    def start(self, buf) -> None:
+        pass
+
+    def wait(self, buf) -> None:
+        pass
+
+    def allreduce_mean(self, x):
+        return x
+
+
+class MPI:
+    """An mpi4py communicator (default ``MPI.COMM_WORLD``)."""
+
+    def __init__(self, comm=None):
+        from mpi4py import MPI as mpi
+        self._mpi = mpi
+        self.comm = comm if comm is not None else mpi.COMM_WORLD
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        self._pending: dict[int, object] = {}
+
+    def start(self, buf) -> None:
+        if id(buf) in self._pending:
+            raise RuntimeError("allreduce_start on a buffer already in flight")
+        self._pending[id(buf)] = self.comm.Iallreduce(self._mpi.IN_PLACE, _as_buffer(buf),
+                                                      op=self._mpi.SUM)
+
+    def wait(self, buf) -> None:
+        request = self._pending.pop(id(buf), None)
+        if request is None:
+            raise RuntimeError("allreduce_wait on a buffer that was not started")
+        request.Wait()
+
+    def allreduce_mean(self, x):
+        """The mean of the array `x` over processes (a new array; blocking)."""
+        import numpy as np
+        out = np.array(x, copy=True)
+        self.comm.Allreduce(self._mpi.IN_PLACE, _as_buffer(out), op=self._mpi.SUM)
+        return out / self.size
+
+    def abort(self, code: int = 1) -> None:
+        self.comm.Abort(code)
+
+
+class NCCL:
+    """A ``cupy.cuda.nccl.NcclCommunicator`` of `size` ranks: the all-reduce of a bucket runs
+    on a stream of its own, ordered after the compute stream by events."""
+
+    def __init__(self, comm, rank: int, size: int):
+        import cupy
+        from cupy.cuda import nccl
+        self._cupy, self._nccl, self.comm = cupy, nccl, comm
+        self.rank, self.size = rank, size
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+        self._pending: dict[int, object] = {}
+
+    def start(self, buf) -> None:
+        cupy, nccl = self._cupy, self._nccl
+        ready = cupy.cuda.Event()
+        ready.record(cupy.cuda.get_current_stream())
+        self.stream.wait_event(ready)
+        dtype = {"float16": nccl.NCCL_FLOAT16, "float32": nccl.NCCL_FLOAT32,
+                 "float64": nccl.NCCL_FLOAT64}[str(buf.dtype)]
+        self.comm.allReduce(buf.data.ptr, buf.data.ptr, buf.size, dtype, nccl.NCCL_SUM,
+                            self.stream.ptr)
+        done = cupy.cuda.Event()
+        done.record(self.stream)
+        self._pending[id(buf)] = done
+
+    def wait(self, buf) -> None:
+        done = self._pending.pop(id(buf), None)
+        if done is None:
+            raise RuntimeError("allreduce_wait on a buffer that was not started")
+        self._cupy.cuda.get_current_stream().wait_event(done)
+
+
+def _as_buffer(a):
+    """`a` as an mpi4py buffer specification: the array itself, which exposes its memory
+    (NumPy: the buffer protocol; CuPy: ``__cuda_array_interface__``)."""
+    if not a.flags.c_contiguous:
+        raise ValueError("an all-reduce buffer must be contiguous")
+    return a
+
+
+_state = threading.local()
+LOCAL = Local()
+
+
+def current():
+    """The communicator the collective kernels use now (`Local` unless `using` says)."""
+    return getattr(_state, "comm", LOCAL)
+
+
+@contextmanager
+def using(comm):
+    saved = current()
+    _state.comm = comm
+    try:
+        yield comm
+    finally:
+        _state.comm = saved

@@ -1,0 +1,191 @@
+"""Data-parallel training: the ``allreduce`` pass in one process, and N processes under
+mpiexec against one process (skipped where mpi4py or mpiexec is missing)."""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import adcompiler as adc
+from adcompiler.diagnostics import AdcError
+from adcompiler.distributed import shard
+from adcompiler.ir.parser import parse_module
+from adcompiler.ir.printer import print_module
+from adcompiler.passes.allreduce import AllReduce
+from adc_runtime.collectives import Local
+
+SCRIPT = Path(__file__).parent / "distributed" / "train_mlp.py"
+DEEP = "\n".join(
+    ["def deep(x: f64[B, 16], y: f64[B], " + ", ".join(f"param W{i}: f64[16, 16]"
+                                                      for i in range(6)) + ") -> f64 {",
+     "    h = x"] + [f"    h = tanh(h @ W{i})" for i in range(6)] +
+    ["    return mean((sum(h, axis=1) - y) ** 2)", "}"])
+
+
+def _step(bucket_mb=25.0, overlap=True, comm=Local()):
+    return adc.train_step(DEEP, adc.optim.sgd(0.1, momentum=0.9), clip=1.0, comm=comm,
+                          bucket_mb=bucket_mb, overlap=overlap)
+
+
+def _body(step):
+    return step.module[step.fn_name].body.ops
+
+
+def test_buckets_follow_the_reverse_sweep_and_start_as_soon_as_complete():
+    # 16*16*8 bytes = 2 KiB per gradient; as in DDP a bucket closes once it reaches its
+    # cap (4 KiB here), so the first holds the loss and two gradients
+    step = _step(bucket_mb=4096 / 2**20)
+    ops = _body(step)
+    buckets = step.module[step.fn_name].attrs["allreduce_buckets"]
+    # the last layer's gradient is final first; the loss is made before every gradient
+    assert buckets == (("loss", "grad_W5", "grad_W4"), ("grad_W3", "grad_W2"),
+                       ("grad_W1", "grad_W0"))
+    where = {r.name: i for i, op in enumerate(ops) for r in op.results if r.name}
+    starts = [i for i, op in enumerate(ops) if op.name == "allreduce_start"]
+    waits = [i for i, op in enumerate(ops) if op.name == "allreduce_wait"]
+    for k, bucket in enumerate(buckets):
+        # each start directly follows the op that makes the bucket's last gradient
+        assert starts[k] == max(where[v] for v in bucket) + 1
+    # backward ops run between the first start and the first wait: overlap
+    assert starts[0] < starts[-1] < waits[0]
+    # (after dW5 and dW4: four weight gradients and three products through W3..W1)
+    assert sum(op.name == "matmul" for op in ops[starts[0]:waits[0]]) == 7
+    # nothing reads a raw gradient but its bucket's start
+    raw = {r for op in ops for r in op.results if r.name in {f"grad_W{i}" for i in range(6)}}
+    for op in ops:
+        if op.name != "allreduce_start":
+            assert not raw & set(op.operands), op
+
+
+def test_blocking_schedule_puts_every_allreduce_after_the_backward():
+    ops = _body(_step(bucket_mb=4096 / 2**20, overlap=False))
+    kinds = [op.name for op in ops if op.name.startswith("allreduce")]
+    assert kinds == ["allreduce_start", "allreduce_wait"] * 3
+    last_matmul = max(i for i, op in enumerate(ops) if op.name == "matmul")
+    assert min(i for i, op in enumerate(ops) if op.name == "allreduce_start") > last_matmul
+
+
+def test_default_bucket_holds_every_small_gradient():
+    step = _step()
+    assert len(step.module[step.fn_name].attrs["allreduce_buckets"]) == 1
+
+
+def test_step_ir_round_trips_and_emits_python(tmp_path):
+    step = _step(bucket_mb=4096 / 2**20)
+    text = print_module(step.module)
+    assert "allreduce_start" in text and "allreduce_wait" in text
+    assert print_module(parse_module(text)) == text
+    from adcompiler.emit.python import emit_python
+    src = emit_python(step.module, step.fn_name)
+    assert "K['allreduce_start']" in src and "K['allreduce_wait']" in src
+    compile(src, "step.py", "exec")
+
+
+def test_dce_keeps_collectives_whose_results_are_unused():
+    from adcompiler.passes.pipeline import run_pipeline
+    step = _step(bucket_mb=4096 / 2**20)
+    fn = step.module[step.fn_name]
+    before = sum(op.name.startswith("allreduce") for op in fn.body.ops)
+    after = run_pipeline(step.module, f"dce{{fn={step.fn_name}}},cse")[step.fn_name]
+    assert sum(op.name.startswith("allreduce") for op in after.body.ops) == before == 6
+
+
+def _train(step, steps=5):
+    rng = np.random.default_rng(3)
+    params = {f"W{i}": rng.normal(size=(16, 16)) * 0.3 for i in range(6)}
+    state = step.init(params)
+    x, y = rng.normal(size=(8, 16)), rng.normal(size=8)
+    for _ in range(steps):
+        params, state, metrics = step(params, state, {"x": x, "y": y})
+    return params, metrics
+
+
+def test_one_process_is_bit_identical_to_the_step_without_allreduce():
+    plain = adc.train_step(DEEP, adc.optim.sgd(0.1, momentum=0.9), clip=1.0)
+    p0, m0 = _train(plain)
+    for kw in ({}, {"bucket_mb": 4096 / 2**20}, {"overlap": False}):
+        p1, m1 = _train(_step(**kw))
+        for k in p0:
+            np.testing.assert_array_equal(p0[k], p1[k])
+        np.testing.assert_array_equal(m0["loss"], m1["loss"])
+        np.testing.assert_array_equal(m0["grad_norm"], m1["grad_norm"])
+
+
+def test_memory_prediction_counts_the_buckets():
+    from adcompiler.memory.liveness import predict_peak
+    step = adc.train_step(DEEP, adc.optim.sgd(0.1), dims={"B": 8}, comm=Local(),
+                          bucket_mb=4096 / 2**20)
+    fn = step.module[step.fn_name]
+    buckets = {op.result for op in fn.body.ops if op.name == "allreduce_start"}
+    prof = predict_peak(step.module, fn, {"B": 8}, tracked=buckets)
+    # every bucket is in flight from its start to the waits after the backward pass:
+    # the loss and six 16x16 f64 gradients
+    assert prof.tracked_peak == 8 + 6 * 16 * 16 * 8
+
+
+def test_bad_options_and_uneven_shards():
+    with pytest.raises(AdcError, match="bucket_mb must be positive"):
+        _step(bucket_mb=0)
+    with pytest.raises(AdcError, match="not a training step"):
+        AllReduce(fn="deep")(adc.load(DEEP))
+    with pytest.raises(AdcError, match="multiple of 4"):
+        shard(np.arange(10), 0, 4)
+    np.testing.assert_array_equal(shard(np.arange(12), 2, 3), [8, 9, 10, 11])
+
+
+def _mpiexec():
+    pytest.importorskip("mpi4py")
+    found = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or \
+        shutil.which("mpiexec")
+    if not found:
+        pytest.skip("no mpiexec")
+    return found
+
+
+def _launch(n, out, *extra, timeout=180):
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    return subprocess.run([_mpiexec(), "-n", str(n), sys.executable, str(SCRIPT), str(out),
+                           *extra], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    out = tmp_path_factory.mktemp("mpi") / "n1.npz"
+    r = _launch(1, out)
+    assert r.returncode == 0, r.stderr
+    return dict(np.load(out))
+
+
+@pytest.mark.parametrize("n, mode", [(2, ""), (3, ""), (2, "nobucket"), (3, "blocking")])
+def test_n_processes_train_as_one(one_process, tmp_path, n, mode):
+    out = tmp_path / f"n{n}.npz"
+    r = _launch(n, out, *([mode] if mode else []))
+    assert r.returncode == 0, r.stderr
+    got = dict(np.load(out))
+    assert set(got) == set(one_process)
+    for k, ref in one_process.items():
+        np.testing.assert_allclose(got[k], ref, rtol=1e-12, atol=1e-14, err_msg=k)
+    assert one_process["losses"][-1] < one_process["losses"][0]
+
+
+def test_n_processes_are_deterministic(tmp_path):
+    runs = []
+    for k in range(2):
+        out = tmp_path / f"run{k}.npz"
+        r = _launch(2, out)
+        assert r.returncode == 0, r.stderr
+        runs.append(dict(np.load(out)))
+    for k in runs[0]:
+        np.testing.assert_array_equal(runs[0][k], runs[1][k])
+
+
+def test_a_failing_rank_stops_every_rank_with_its_message(tmp_path):
+    out = tmp_path / "never.npz"
+    r = _launch(3, out, "fail:1:3", timeout=120)
+    assert r.returncode != 0
+    assert "rank 1 of 3 failed: a failure made on purpose" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert not out.exists()
