@@ -66,6 +66,12 @@ def op_cases() -> list[tuple[str, list, dict]]:
 
 
 # constructors, casts and the ops only adjoints use, in one TDSL program and its gradient
+COLLECTIVE = """\
+def f(x: f32[2, 3], y: f32[4]) -> f32 {
+    b = allreduce_wait(allreduce_start(x * x, y))
+    return sum(b * b)
+}
+"""
 EXTRA = """\
 def f(x: f32[B, 3], W: f32[3, 3], ids: i64[2]) -> f32 {
     h = x + zeros([3]) + ones([3]) * full([3], 2.0) + cast(arange(3), f32)
@@ -99,6 +105,10 @@ def programs():
     inputs = {"x": RNG.standard_normal((4, 3)).astype(np.float32),
               "W": RNG.standard_normal((3, 3)).astype(np.float32), "ids": np.array([2, 0])}
     out.append(("extra", m, "f_grad", inputs))
+    m = Reverse(wrt=("x", "y"), fn="f")(compile_source(COLLECTIVE, "collective.tdsl"))
+    inputs = {"x": RNG.standard_normal((2, 3)).astype(np.float32),
+              "y": RNG.standard_normal(4).astype(np.float32)}
+    out.append(("collective", m, "f_grad", inputs))
     return out
 
 

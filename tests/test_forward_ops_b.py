@@ -106,6 +106,20 @@ def test_sensitive_ops_have_finite_tangents_at_1e4_in_f32():
         assert all(np.all(np.isfinite(o)) for o in outs), op
 
 
+def test_collectives_in_one_process():
+    # allreduce_start packs, allreduce_wait averages over one process: f = sum(b*b*w)
+    from adcompiler.frontend import compile_source
+    from test_forward_ops import check_jvp
+    m = compile_source("def f(a0: f64[2, 3], a1: f64[4], w: f64[10]) -> f64 {\n"
+                       "    return sum(allreduce_wait(allreduce_start(a0 * a0, a1)) ** 2 * w)\n"
+                       "}\n", "c.tdsl")
+    rng = np.random.default_rng(0)
+    inputs = {"a0": rng.standard_normal((2, 3)), "a1": rng.standard_normal(4),
+              "w": rng.standard_normal(10)}
+    check_jvp(m, inputs, ["a0", "a1"], roundtrip=True)
+    CHECKED.update({"allreduce_start", "allreduce_wait"})
+
+
 def test_every_op_has_a_forward_rule_and_a_test():
     from test_ops_elementwise import COMPARISONS
     covered = (CHECKED | set(elementwise_tables.UNARY) | set(elementwise_tables.BINARY)
@@ -116,3 +130,4 @@ def test_every_op_has_a_forward_rule_and_a_test():
         assert d.jvp or d.has("linear") or d.has("no_grad") or d.has("constructor"), name
     if len(CHECKED) > 10:   # the table tests ran in this session
         assert set(registry.REGISTRY) <= covered, set(registry.REGISTRY) - covered
+
