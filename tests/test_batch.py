@@ -55,6 +55,9 @@ CASES = (
     + [("where", [flag(2, 3), f(3), f(2, 3)], {}), ("clip", [f(2, 3), f(3), pos(2, 3)], {}),
        ("bce", [prob(4), prob(4)], {}), ("bce_with_logits", [f(4), prob(4)], {}),
        ("mse", [f(2, 3), f(3)], {})]
+    + [("allreduce_start", [f(2, 3), f(3)], {}), ("allreduce_start", [f(2, 3), f(2, 4)],
+                                                   {"lead": 1}),
+       ("allreduce_wait", [f(5)], {})]
     + [(r, [f(2, 3, 4)], {"axis": axis, "keepdims": keep})
        for r in ("sum", "mean", "max", "min", "logsumexp", "var")
        for axis, keep in ((None, False), (0, False), (-1, True), ([0, 2], False))]

@@ -191,14 +191,17 @@ def test_a_failing_rank_stops_every_rank_with_its_message(tmp_path):
     assert not out.exists()
 
 
-def test_collective_gradients_match_central_differences():
+@pytest.mark.parametrize("lead, b_shape, total", [(0, "4", "10"), (1, "2, 4", "2, 7")])
+def test_collective_gradients_match_central_differences(lead, b_shape, total):
     from gradcheck import finite_difference, run
     from adcompiler.passes.reverse import Reverse
-    m = adc.load("def f(a: f64[2, 3], b: f64[4], w: f64[10]) -> f64 {\n"
-                 "    return sum(allreduce_wait(allreduce_start(tanh(a), b * b)) * w)\n}\n")
+    m = adc.load(f"def f(a: f64[2, 3], b: f64[{b_shape}], w: f64[{total}]) -> f64 {{\n"
+                 f"    s = allreduce_start(tanh(a), b * b, lead={lead})\n"
+                 f"    return sum(allreduce_wait(s) * w)\n}}\n")
     rng = np.random.default_rng(1)
-    inputs = {"a": rng.standard_normal((2, 3)), "b": rng.standard_normal(4),
-              "w": rng.standard_normal(10)}
+    inputs = {"a": rng.standard_normal((2, 3)),
+              "b": rng.standard_normal(tuple(int(d) for d in b_shape.split(","))),
+              "w": rng.standard_normal(tuple(int(d) for d in total.split(",")))}
     outs = run(Reverse(wrt=("a", "b"), fn="f")(m), "f_grad", inputs)
     for name, got in zip(("a", "b"), outs[1:]):
         np.testing.assert_allclose(got, finite_difference(m, inputs, name), rtol=1e-7,

@@ -1,12 +1,15 @@
 """Kernels of the collectives (`adc_runtime.collectives` holds the communicators)."""
+import math
+
 from . import kernel
 from ..collectives import current
 
 
 @kernel("allreduce_start", fresh=True)
-def allreduce_start(xp, *xs, bucket=0):
-    buf = xp.concatenate([xp.ravel(x) for x in xs]) if len(xs) > 1 else \
-        xp.array(xp.ravel(xs[0]), copy=True)
+def allreduce_start(xp, *xs, bucket=0, lead=0):
+    # a new contiguous buffer (concatenate copies even one operand)
+    buf = xp.concatenate([x.reshape(x.shape[:lead] + (math.prod(x.shape[lead:]),))
+                          for x in xs], axis=lead)
     current().start(buf)
     return buf
 
