@@ -132,10 +132,12 @@ def _insert(fn: Function, buckets: list[Bucket], overlap: bool) -> None:
     before: dict[int, list[Op]] = {}
     after: dict[int, list[Op]] = {}
     mapping: dict[Value, Value] = {}
+    starts: set[Op] = set()
     for k, bucket in enumerate(buckets):
         b.loc = ops[bucket.start_after].loc
         started = b.emit("allreduce_start", *bucket.values, bucket=k)
         started.name = f"bucket{k}"
+        starts.add(started.defining_op)
         start_ops = list(scratch.ops)
         scratch.ops.clear()
         b.loc = ops[bucket.wait_before].loc
@@ -156,18 +158,14 @@ def _insert(fn: Function, buckets: list[Bucket], overlap: bool) -> None:
         else:
             before.setdefault(bucket.wait_before, []).extend(start_ops + wait_ops)
     new_ops: list[Op] = []
-    inserted: set[Op] = set()
     for i, op in enumerate(ops):
         new_ops += before.get(i, [])
         new_ops.append(op)
         new_ops += after.get(i, [])
-    for chunk in list(before.values()) + list(after.values()):
-        inserted.update(chunk)
     fn.body.ops = []
     for op in new_ops:
         fn.body.append(op)
     # every reader of a bucket's value, except the bucket's own start, reads the mean
-    starts = {op for op in inserted if op.name == "allreduce_start"}
     for op in fn.body.walk():
         if op not in starts:
             op.operands = [mapping.get(v, v) for v in op.operands]
