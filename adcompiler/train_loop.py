@@ -6,6 +6,11 @@ run needs around the step: validation each epoch with the forward-only program, 
 every N steps, resuming, a progress bar, a JSON-lines log, a plot, and stopping at a
 non-finite loss without writing the bad parameters anywhere.
 
+With a communicator (`adcompiler.distributed`), every process draws the same global batches
+and trains on its own shard of each; the step averages the loss and gradients over the
+processes, so the run does not depend on their number. Process 0 alone validates and
+writes checkpoints; every process can resume from one.
+
 A run interrupted and resumed from a checkpoint ends bit-identical to one that ran through:
 the checkpoint holds the parameters, the optimizer state, the step, the position within the
 epoch, the shuffling Generator's state at the epoch's start, and the loss scaler's state.
@@ -20,6 +25,7 @@ import numpy as np
 
 from . import checkpoint as ckpt
 from .diagnostics import AdcError
+from .distributed import shard
 from .train_data import (DimBinder, bind_batch, check_data, check_loss, check_params,
                          draw_params, epoch_batches, param_names, rows_of, take_rows)
 
@@ -73,7 +79,8 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
           on_epoch: Callable[[dict], None] | None = None, metrics: tuple[str, ...] = (),
           wrt=None, data_name: str = "data", val_name: str = "validation data",
           init_name: str = "initial params",
-          report: Callable[[int, int, str], None] | None = None) -> TrainResult:
+          report: Callable[[int, int, str], None] | None = None,
+          comm=None, bucket_mb: float = 25.0) -> TrainResult:
     """Train the ``param`` inputs of `fn` (default: the module's main function) on `data`.
 
     `data`: one array per non-param input, rows on the leading axis. `params`: initial
@@ -87,6 +94,8 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
     inputs to train (default: the ``param`` inputs); every other input is data. With a
     `remat` policy, `report(predicted, measured, policy)` is told the step's peak memory
     after the first step. The `*_name` arguments name the data in error messages.
+    `comm`: a communicator for data-parallel training (each step's `batch` rows are split
+    evenly over its processes; gradients all-reduced in buckets of `bucket_mb` MiB).
     """
     from .train_setup import prepare
     run = prepare(program, fn=fn, dtype=dtype, dims=dims)
@@ -104,7 +113,14 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
     if batch * accumulate > rows:
         per = f"{accumulate} x {batch}" if accumulate > 1 else f"{batch}"
         raise AdcError(f"{data_name} has {rows} rows, fewer than one step's batch of {per}")
-    row_dims = bind_batch(f, names, batch, binder)
+    size = 1 if comm is None else comm.size
+    if batch % size:
+        raise AdcError(f"a batch of {batch} rows does not split evenly over {size} processes:"
+                       f" choose a batch that is a multiple of {size}")
+    root = comm is None or comm.rank == 0
+    if not root:
+        checkpoint = None   # process 0 writes the run's files
+    row_dims = bind_batch(f, names, batch // size, binder)
     if val is not None:
         val = check_data(f, names, val, val_name,
                          DimBinder({k: v for k, v in binder.env.items() if k not in row_dims}))
@@ -122,7 +138,7 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
 
     step_fn = run.step(optimizer, names, clip=clip, accumulate=accumulate, remat=remat,
                        device=device, precision=precision, detect_anomaly=detect_anomaly,
-                       dims=binder.env)
+                       dims=binder.env, comm=comm, bucket_mb=bucket_mb)
     state = step_fn.init(params)
     scaler = getattr(step_fn, "scaler", None)
     signature = ckpt.model_signature(f.name, params)
@@ -148,7 +164,8 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
 
     while pos.step < steps:
         idx = batches[pos.batch]
-        new_params, new_state, metrics = step_fn(params, state, take_rows(data, idx))
+        mine = idx if comm is None else shard(idx, comm.rank, comm.size)
+        new_params, new_state, metrics = step_fn(params, state, take_rows(data, mine))
         loss = _float(metrics["loss"])
         if not math.isfinite(loss):
             kept = (f"; the last checkpoint '{checkpoint}' is kept" if checkpoint else "")
@@ -166,7 +183,7 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
         if on_step:
             on_step(rec)
         if pos.batch == len(batches):  # the epoch's end: validation, then a new shuffle
-            if val is not None:
+            if val is not None and root:
                 vrec = {"step": pos.step, "epoch": pos.epoch,
                         **{k: _mean(ev, params, val, batch) for k, ev in evaluators.items()}}
                 result.val.append(vrec)

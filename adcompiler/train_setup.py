@@ -24,9 +24,15 @@ class Prepared:
 
     def step(self, optimizer, names: list[str], *, clip=None, accumulate: int = 1,
              remat: str | None = None, device: str = "cpu", precision: str | None = None,
-             detect_anomaly: bool = False, dims: Mapping[str, int] | None = None):
+             detect_anomaly: bool = False, dims: Mapping[str, int] | None = None,
+             comm=None, bucket_mb: float = 25.0):
         """The training step: ``init(params)`` and ``(params, state, batch) -> (params,
-        state, metrics)``; with `precision`, it has a `scaler` (`loss_scale.LossScaler`)."""
+        state, metrics)``; with `precision`, it has a `scaler` (`loss_scale.LossScaler`);
+        with a communicator `comm`, it averages the loss and gradients over its processes
+        (`adcompiler.distributed`)."""
+        if precision is not None and comm is not None:
+            raise AdcError("mixed precision does not combine with data-parallel training "
+                           "yet: drop --precision or --distributed")
         if precision is not None:
             from .mixed_precision import MixedPrecisionStep
             return MixedPrecisionStep(self.module, self.fn.name, names, optimizer, precision,
@@ -35,7 +41,8 @@ class Prepared:
                                       detect_anomaly=detect_anomaly)
         from .compiled_step import train_step
         step = train_step(self.module, optimizer, clip=clip, accumulate=accumulate,
-                          fn=self.fn.name, wrt=names, remat=remat, device=device, dims=dims)
+                          fn=self.fn.name, wrt=names, remat=remat, device=device, dims=dims,
+                          comm=comm, bucket_mb=bucket_mb)
         if detect_anomaly:
             step._runner = anomaly_runner(step.module, step.fn_name, device, donate=True)
         return step

@@ -206,3 +206,79 @@ def test_collective_gradients_match_central_differences(lead, b_shape, total):
     for name, got in zip(("a", "b"), outs[1:]):
         np.testing.assert_allclose(got, finite_difference(m, inputs, name), rtol=1e-7,
                                    atol=1e-9)
+
+
+# ---- adc train --distributed mpi -------------------------------------------------------
+
+CLI_MODEL = """
+def mlp(x: f32[B, 5], y: i64[B], param W1: f32[5, 7], param b1: f32[7],
+        param W2: f32[7, 3], param b2: f32[3]) -> f32 {
+    h = tanh(x @ W1 + b1)
+    return mean(cross_entropy(h @ W2 + b2, y))
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def cli_run(tmp_path_factory):
+    """`run(n, *options) -> (saved params, stderr)`: adc train under mpiexec -n n (n = 0:
+    without mpiexec and without --distributed)."""
+    d = tmp_path_factory.mktemp("cli")
+    (d / "mlp.tdsl").write_text(CLI_MODEL)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(48, 5))
+    np.savez(d / "data.npz", x=x, y=np.argmax(x @ rng.normal(size=(5, 3)), axis=1))
+    count = iter(range(1000))
+
+    def run(n, *options):
+        out = d / f"p{next(count)}.npz"
+        cmd = [sys.executable, "-m", "adcompiler", "train", str(d / "mlp.tdsl"), "--data",
+               str(d / "data.npz"), "--batch", "12", "--dtype", "f64", "--optimizer",
+               "adam:lr=0.05", "--clip", "1.0", "--save", str(out), *options]
+        if n:
+            cmd = [_mpiexec(), "-n", str(n)] + cmd + ["--distributed", "mpi"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=d)
+        assert r.returncode == 0, r.stderr
+        return dict(np.load(out)), r.stdout
+    return run
+
+
+def _close(a, b):
+    assert set(a) == set(b)
+    for k in a:
+        np.testing.assert_allclose(a[k], b[k], rtol=1e-12, atol=1e-14, err_msg=k)
+
+
+def test_adc_train_on_two_processes_equals_one(cli_run):
+    one, _ = cli_run(0, "--steps", "20")
+    two, out = cli_run(2, "--steps", "20")
+    _close(one, two)
+    assert "2 processes" in out
+
+
+def test_adc_train_resumes_with_another_number_of_processes(cli_run, tmp_path):
+    ckpt = tmp_path / "ckpt.npz"
+    straight, _ = cli_run(0, "--steps", "16", "--accumulate", "2")
+    cli_run(2, "--steps", "8", "--accumulate", "2", "--checkpoint", str(ckpt))
+    resumed, _ = cli_run(3, "--steps", "16", "--accumulate", "2", "--resume", str(ckpt))
+    _close(straight, resumed)
+
+
+def test_adc_train_refuses_a_batch_that_does_not_split(tmp_path):
+    (tmp_path / "m.tdsl").write_text(CLI_MODEL)
+    np.savez(tmp_path / "d.npz", x=np.zeros((10, 5)), y=np.zeros(10, dtype=np.int64))
+    r = subprocess.run([_mpiexec(), "-n", "3", sys.executable, "-m", "adcompiler", "train",
+                        str(tmp_path / "m.tdsl"), "--data", str(tmp_path / "d.npz"),
+                        "--batch", "5", "--distributed", "mpi"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stderr
+    assert "does not split evenly over 3 processes" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_distributed_mpi_without_mpi4py_names_the_extra(monkeypatch):
+    from adcompiler.distributed import communicator
+    monkeypatch.setitem(sys.modules, "mpi4py", None)
+    with pytest.raises(AdcError, match=r"pip install -e '.\[mpi\]'"):
+        communicator("mpi")
+    assert communicator("none") is None
