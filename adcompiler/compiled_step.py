@@ -87,6 +87,7 @@ class CompiledStep:
         self._types = {a.name: a.type for a in fn.args}
         self._xp = _array_module(device)
         self._runner = None
+        self.stats: dict = {}   # the last call's run statistics (``peak_bytes``, ...)
         self._owned: dict[int, weakref.ref] = {}  # arrays this step made: id -> ref
 
     def init(self, params: Mapping[str, Any]) -> dict:
@@ -114,11 +115,11 @@ class CompiledStep:
         if self._runner is None:
             self._runner = runner(self.module, self.fn_name, self.device, donate=True)
         if self.comm is None:
-            outs, _ = self._runner(named, self.dims)
+            outs, self.stats = self._runner(named, self.dims)
         else:
             from adc_runtime.collectives import using
             with using(self.comm):
-                outs, _ = self._runner(named, self.dims)
+                outs, self.stats = self._runner(named, self.dims)
         by_name = dict(zip(self.outputs, outs))
         new_params = {n: self._own(by_name[n]) for n in self.params}
         new_state = {n: self._own(by_name[n]) for n in self.state_names}

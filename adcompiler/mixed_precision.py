@@ -107,10 +107,6 @@ class MixedPrecisionStep:
         self.scaler = LossScaler()
         self.module, self.fn_name = self.apply.module, self.apply.fn_name
 
-    @property
-    def _runner(self):
-        return self.apply._runner
-
     def init(self, params: Mapping[str, Any]) -> dict:
         return self.apply.init(params)
 

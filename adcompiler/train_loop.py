@@ -73,6 +73,7 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
           accumulate: int = 1, val: Mapping[str, np.ndarray] | None = None, seed: int = 0,
           init_scheme: str = "glorot", dtype: str | None = None,
           dims: Mapping[str, int] | None = None, remat: str | None = None,
+          memory_budget: int | None = None,
           device: str = "cpu", precision: str | None = None, detect_anomaly: bool = False,
           checkpoint: str | None = None, every: int | None = None,
           resume: str | None = None, on_step: Callable[[dict], None] | None = None,
@@ -90,12 +91,13 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
     epoch by the forward program, with each function named in `metrics` (same inputs as
     the loss, a scalar result, e.g. an accuracy). `checkpoint` is written every `every` steps and at the
     end; `resume` continues from a checkpoint. `on_step(record)` and `on_epoch(record)` are
-    called with each step's metrics and each epoch's validation loss. `wrt` names the
+    called with each step's metrics and at each epoch's end (with the validation figures). `wrt` names the
     inputs to train (default: the ``param`` inputs); every other input is data. With a
-    `remat` policy, `report(predicted, measured, policy)` is told the step's peak memory
-    after the first step. The `*_name` arguments name the data in error messages.
-    `comm`: a communicator for data-parallel training (each step's `batch` rows are split
-    evenly over its processes; gradients all-reduced in buckets of `bucket_mb` MiB).
+    `remat` policy or a `memory_budget` (bytes: the step's remat schedule is chosen so that
+    the whole step's predicted peak fits), `report(predicted, measured, policy)` is told the
+    step's peak memory after the first step. The `*_name` arguments name the data in error
+    messages. `comm`: a communicator for data-parallel training (each step's `batch` rows are
+    split evenly over its processes; gradients all-reduced in buckets of `bucket_mb` MiB).
     """
     from .train_setup import prepare
     run = prepare(program, fn=fn, dtype=dtype, dims=dims)
@@ -136,9 +138,15 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
     if every is not None and every < 1:
         raise AdcError(f"checkpoints every {every} steps: expected at least 1")
 
-    step_fn = run.step(optimizer, names, clip=clip, accumulate=accumulate, remat=remat,
-                       device=device, precision=precision, detect_anomaly=detect_anomaly,
-                       dims=binder.env, comm=comm, bucket_mb=bucket_mb)
+    options = dict(clip=clip, accumulate=accumulate, device=device, precision=precision,
+                   detect_anomaly=detect_anomaly, dims=binder.env, comm=comm,
+                   bucket_mb=bucket_mb)
+    if memory_budget is not None:
+        if remat is not None:
+            raise AdcError("give remat or memory_budget, not both")
+        step_fn, remat = _fit_budget(run, optimizer, names, memory_budget, options)
+    else:
+        step_fn = run.step(optimizer, names, remat=remat, **options)
     state = step_fn.init(params)
     scaler = getattr(step_fn, "scaler", None)
     signature = ckpt.model_signature(f.name, params)
@@ -183,12 +191,12 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
         if on_step:
             on_step(rec)
         if pos.batch == len(batches):  # the epoch's end: validation, then a new shuffle
+            erec = {"step": pos.step, "epoch": pos.epoch}
             if val is not None and root:
-                vrec = {"step": pos.step, "epoch": pos.epoch,
-                        **{k: _mean(ev, params, val, batch) for k, ev in evaluators.items()}}
-                result.val.append(vrec)
-                if on_epoch:
-                    on_epoch(vrec)
+                erec.update({k: _mean(ev, params, val, batch) for k, ev in evaluators.items()})
+                result.val.append(erec)
+            if on_epoch:
+                on_epoch(erec)
             pos.epoch += 1
             pos.batch = 0
             pos.rng_state = rng.bit_generator.state
@@ -215,8 +223,42 @@ def _peaks(step_fn, dims: Mapping[str, int]) -> tuple[int, int]:
     """The step's peak live memory: predicted from its IR, and measured by its executor."""
     from .memory.liveness import predict_peak
     predicted = predict_peak(step_fn.module, step_fn.fn_name, dims).peak_bytes
-    measured = max(ex.peak for ex in step_fn._runner._executors.values())
-    return predicted, measured
+    return predicted, step_fn.stats["peak_bytes"]
+
+
+def _fit_budget(run, optimizer, names, budget: int, options: dict) -> tuple:
+    """The step whose whole predicted peak (parameters, optimizer state and gradients
+    included) fits `budget`, and its policy. The remat schedule budgets the adjoint's own
+    memory, so the largest adjoint budget whose step fits is found by bisection (the step's
+    peak grows with the adjoint's budget)."""
+    from .memory.liveness import predict_peak
+    from .memory.sizes import format_bytes
+
+    def attempt(target: int):
+        try:
+            step = run.step(optimizer, names, remat=f"budget:{target}", **options)
+        except AdcError:  # the adjoint alone cannot fit `target`
+            return None, None
+        return step, predict_peak(step.module, step.fn_name, options["dims"]).peak_bytes
+
+    step, peak = attempt(budget)
+    if peak is not None and peak <= budget:
+        return step, f"budget:{budget}"
+    best = (run.step(optimizer, names, remat="min-memory", **options), "min-memory")
+    least = predict_peak(best[0].module, best[0].fn_name, options["dims"]).peak_bytes
+    if least > budget:
+        raise AdcError(f"memory budget {format_bytes(budget)} ({budget:,} bytes) cannot be "
+                       f"met: the training step's smallest predicted peak is "
+                       f"{format_bytes(least)} ({least:,} bytes, remat min-memory)")
+    lo, hi = 0, budget
+    while hi - lo > budget // 50:   # within 2% of the largest adjoint budget that fits
+        mid = (lo + hi) // 2
+        step, peak = attempt(mid)
+        if peak is not None and peak <= budget:
+            best, lo = (step, f"budget:{mid}"), mid
+        else:
+            hi = mid
+    return best
 
 
 def _resume(path: str, signature: dict, scaler, template) -> tuple:

@@ -3,6 +3,7 @@ bit-identical after a SIGKILL, the stop at a non-finite loss, --detect-anomaly, 
 precision, and bad input that leaves earlier files alone."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -59,7 +60,7 @@ def test_trains_and_writes_its_files(tmp_path, capsys, mlp_data):
     with np.load(save) as z:
         assert sorted(z.files) == ["W1", "W2", "b1", "b2"]
         assert z["W1"].dtype == np.float32 and z["W1"].shape == (4, 8)
-    assert "epoch 4: val_loss" in err
+    assert re.search(r"^epoch 4: loss \S+ \(mean\)  val_loss \S+$", err, re.M), err
 
 
 def test_plot(tmp_path, capsys, mlp_data):
@@ -132,7 +133,23 @@ def test_memory_budget_reports_predicted_and_measured_peak(tmp_path, capsys):
     predicted, measured = [int(s.replace(",", "")) for s in
                            (line.split("predicted peak ")[1].split(" bytes")[0],
                             line.split("measured peak ")[1].split(" bytes")[0])]
-    assert predicted <= 4096 and measured <= predicted
+    assert 0 < measured <= predicted <= 4096
+
+
+def test_memory_budget_fits_the_whole_step(tmp_path, capsys):
+    data = tmp_path / "deep.npz"
+    np.savez(data, x=np.random.default_rng(0).standard_normal((64, 8)).astype("f4"))
+    opts = ["train", SAMPLES / "deep_mlp.tdsl", "--data", data, "--batch", 32, "--steps", 1,
+            "--init-scheme", "normal"]
+    code, _, err = adc(capsys, *opts, "--memory-budget", "200KiB")
+    assert code == 0, err
+    peaks = re.search(r"predicted peak ([\d,]+) bytes .* measured peak ([\d,]+) bytes", err)
+    predicted, measured = (int(g.replace(",", "")) for g in peaks.groups())
+    assert measured == predicted <= 200 * 1024
+    code, _, err = adc(capsys, *opts, "--memory-budget", "50KiB")
+    assert code == 1
+    assert "memory budget 50.00 KiB (51,200 bytes) cannot be met: the training step's " \
+           "smallest predicted peak is" in err
 
 
 # ---- checkpoints and resume -----------------------------------------------------------

@@ -130,8 +130,8 @@ def add_train_command(subparsers, common, names_list) -> None:
                    help="checkpointing of the step's adjoint: none, sqrt, revolve:C, "
                         "budget:SIZE or min-memory")
     o.add_argument("--memory-budget", metavar="SIZE", type=_size,
-                   help="pick the step's remat schedule whose predicted peak fits SIZE "
-                        "(e.g. 64MiB); reports predicted and measured peak")
+                   help="pick the remat schedule whose whole training step's predicted "
+                        "peak fits SIZE (e.g. 64MiB); reports predicted and measured peak")
     o.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="where to run: cpu (NumPy, default) or cuda (CuPy)")
     add_anomaly_argument(p)
@@ -222,7 +222,6 @@ def _train(args, comm) -> int:
     data = load_arrays(args.data, "training data")
     val = load_arrays(args.val, "validation data") if args.val else None
     init = load_arrays(args.init, "--init") if args.init else None
-    remat = f"budget:{args.memory_budget}" if args.memory_budget else args.remat
 
     log = JsonLog(args.log, append=bool(args.resume)) if args.log else None
     bar = None
@@ -240,12 +239,17 @@ def _train(args, comm) -> int:
             log.write(rec)
 
     def on_epoch(rec):
-        val_hist.append(rec)
-        if log:
-            log.write(rec)
-        line = "  ".join(f"{k} {v:.4g}" for k, v in rec.items() if k.startswith("val_"))
-        msg = f"epoch {rec['epoch'] + 1}: {line}"
-        bar.write(msg) if bar else print(msg, file=sys.stderr)
+        losses = [r["loss"] for r in history if r["epoch"] == rec["epoch"]]
+        parts = [f"loss {sum(losses) / len(losses):.4g} (mean)"] if losses else []
+        parts += [f"{k} {v:.4g}" for k, v in rec.items() if k.startswith("val_")]
+        if any(k.startswith("val_") for k in rec):
+            val_hist.append(rec)
+            if log:
+                log.write(rec)
+        msg = f"epoch {rec['epoch'] + 1}: {'  '.join(parts)}"
+        if comm is not None and comm.rank != 0:
+            return                                 # process 0 speaks for the run
+        bar.write(msg) if bar and not bar.bar.disable else print(msg, file=sys.stderr)
 
     rows = next(iter(data.values())).shape[0] if data else 0
     per_step = (args.batch or rows) * args.accumulate
@@ -257,14 +261,15 @@ def _train(args, comm) -> int:
                 module, data, optimizer, fn=args.fn, params=init, batch=args.batch,
                 steps=args.steps, epochs=args.epochs, clip=args.clip,
                 accumulate=args.accumulate, val=val, seed=args.seed,
-                init_scheme=args.init_scheme, dtype=args.dtype, dims=args.bind, remat=remat,
+                init_scheme=args.init_scheme, dtype=args.dtype, dims=args.bind,
+                remat=args.remat, memory_budget=args.memory_budget,
                 device=args.device, precision=args.precision,
                 detect_anomaly=args.detect_anomaly, checkpoint=args.checkpoint,
                 every=args.every, resume=args.resume, on_step=on_step, on_epoch=on_epoch,
                 metrics=tuple(args.metric), wrt=args.wrt, data_name=args.data,
                 val_name=args.val or "validation data", init_name=args.init or "initial params",
-                report=_report_memory if remat and remat != "none" else None,
-                comm=comm, bucket_mb=args.bucket_mb)
+                report=_report_memory if args.memory_budget or args.remat not in (None, "none")
+                else None, comm=comm, bucket_mb=args.bucket_mb)
     finally:
         if bar:
             bar.close()
