@@ -300,10 +300,13 @@ def _summary(result, elapsed: float, per_step: int, comm=None) -> None:
         print(f"nothing to do: the run had already taken {result.step} steps")
         return
     last = h[-1]
-    rate = len(h) * per_step / elapsed if elapsed > 0 else float("inf")
-    line = (f"trained {len(h)} steps (to step {result.step}) in {elapsed:.2f} s, "
-            f"{rate:,.0f} samples/s; final loss {last['loss']:.6g}, "
-            f"grad norm {last['grad_norm']:.4g}")
+    # each record's rate covers the time since the step before: from the second step on,
+    # that is the steps themselves (and validation), without compiling
+    seconds = sum(per_step / r["samples_per_s"] for r in h[1:])
+    rate = f", {(len(h) - 1) * per_step / seconds:,.0f} samples/s after the first step" \
+        if seconds > 0 else ""
+    line = (f"trained {len(h)} steps (to step {result.step}) in {elapsed:.2f} s{rate}; "
+            f"final loss {last['loss']:.6g}, grad norm {last['grad_norm']:.4g}")
     if comm is not None:
         line += f"; {comm.size} processes"
     if result.val:
