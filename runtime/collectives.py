@@ -86,8 +86,8 @@ class NCCL:
         self.stream.wait_event(ready)
         dtype = {"float16": nccl.NCCL_FLOAT16, "float32": nccl.NCCL_FLOAT32,
                  "float64": nccl.NCCL_FLOAT64}[str(buf.dtype)]
-        self.comm.allReduce(buf.data.ptr, buf.data.ptr, buf.size, dtype, nccl.NCCL_SUM,
-                            self.stream.ptr)
+        ptr = _device_pointer(buf)
+        self.comm.allReduce(ptr, ptr, buf.size, dtype, nccl.NCCL_SUM, self.stream.ptr)
         done = cupy.cuda.Event()
         done.record(self.stream)
         self._pending[id(buf)] = done
@@ -97,6 +97,13 @@ class NCCL:
         if done is None:
             raise RuntimeError("allreduce_wait on a buffer that was not started")
         self._cupy.cuda.get_current_stream().wait_event(done)
+
+
+def _device_pointer(a) -> int:
+    """The address of `a`'s first element (CuPy: ``a.data.ptr``; a NumPy array, as the CPU
+    stand-in of the tests passes: ``a.ctypes.data``)."""
+    ptr = getattr(a.data, "ptr", None)
+    return a.ctypes.data if ptr is None else ptr
 
 
 def _as_buffer(a):

@@ -282,3 +282,118 @@ def test_distributed_mpi_without_mpi4py_names_the_extra(monkeypatch):
     with pytest.raises(AdcError, match=r"pip install -e '.\[mpi\]'"):
         communicator("mpi")
     assert communicator("none") is None
+
+
+def test_ring_model_of_the_benchmark():
+    sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+    from bench_distributed import best_bucket, ring_model
+    c, g = 0.1, 100 * 2**20
+    assert ring_model(c, g, 1, 25 * 2**20) == c
+    # one bucket: nothing overlaps, its whole all-reduce is exposed
+    one = 2 * 7 / 8 * g / 25e9 + 2 * 7 * 5e-6
+    assert ring_model(c, g, 8, 2**40) == pytest.approx(c + one)
+    # more processes never make the step faster; smaller buckets hide more at small N
+    times = [ring_model(c, g, n, 25 * 2**20) for n in (2, 8, 64, 1024)]
+    assert times == sorted(times) and times[0] > c
+    assert ring_model(c, g, 8, 25 * 2**20) < ring_model(c, g, 8, 2**40)
+    size, t = best_bucket(c, g, 64)
+    assert t <= ring_model(c, g, 64, 25 * 2**20) and 2**16 <= size <= 2**30
+
+
+# ---- the NCCL communicator on a CPU stand-in of cupy.cuda -------------------------------
+
+def fake_cupy_nccl(size: int):
+    """``cupy`` with streams, events and ``cuda.nccl`` for NumPy arrays: a communicator of
+    `size` threads whose allReduce sums the buffers at the given addresses (at once: the
+    stand-in's streams are synchronous) and records which stream each call was queued on."""
+    import ctypes
+    import threading
+    import types
+    barrier = threading.Barrier(size)
+    deposits: dict[int, np.ndarray] = {}
+    log: list = []
+    ctype = {0: ctypes.c_float, 1: ctypes.c_double}
+
+    class Stream:
+        def __init__(self, non_blocking=False):
+            self.ptr, self.waited = id(self), []
+
+        def wait_event(self, event):
+            self.waited.append(event)
+
+    class Event:
+        def record(self, stream=None):
+            self.stream = stream
+
+    current = threading.local()
+
+    def get_current_stream():
+        if not hasattr(current, "s"):
+            current.s = Stream()
+        return current.s
+
+    class Communicator:
+        def __init__(self, rank):
+            self.rank = rank
+
+        def allReduce(self, send, recv, count, dtype, op, stream):
+            assert send == recv and op == "sum"
+            a = np.ctypeslib.as_array(ctypes.cast(recv, ctypes.POINTER(ctype[dtype])),
+                                      (count,))
+            log.append((self.rank, count, stream))
+            deposits[self.rank] = a.copy()
+            barrier.wait()
+            total = sum(deposits[r] for r in range(size))
+            barrier.wait()
+            a[...] = total
+
+    nccl = types.SimpleNamespace(NCCL_FLOAT16=2, NCCL_FLOAT32=0, NCCL_FLOAT64=1,
+                                 NCCL_SUM="sum")
+    cuda = types.SimpleNamespace(Stream=Stream, Event=Event, nccl=nccl,
+                                 get_current_stream=get_current_stream)
+    cp = types.ModuleType("cupy")
+    cp.cuda = cuda
+    return cp, Communicator, log
+
+
+def test_nccl_communicator_on_a_stand_in_trains_as_one_process(monkeypatch):
+    import threading
+    from adc_runtime.collectives import NCCL
+    cp, Communicator, log = fake_cupy_nccl(2)
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    monkeypatch.setitem(sys.modules, "cupy.cuda", cp.cuda)
+    monkeypatch.setitem(sys.modules, "cupy.cuda.nccl", cp.cuda.nccl)
+    rng = np.random.default_rng(5)
+    x, y = rng.normal(size=(8, 16)), rng.normal(size=8)
+    params0 = {f"W{i}": rng.normal(size=(16, 16)) * 0.3 for i in range(6)}
+
+    def train(step, rows):
+        params, state = dict(params0), step.init(params0)
+        for _ in range(4):
+            params, state, _ = step(params, state, {"x": x[rows], "y": y[rows]})
+        return params
+
+    want = train(adc.train_step(DEEP, adc.optim.sgd(0.1, momentum=0.9), clip=1.0),
+                 slice(None))
+    got, errors = {}, []
+
+    def rank(r):
+        try:
+            comm = NCCL(Communicator(r), r, 2)
+            step = _step(bucket_mb=4096 / 2**20, comm=comm)
+            got[r] = train(step, slice(4 * r, 4 * r + 4))
+            # every all-reduce ran on the communication stream, after the compute stream
+            assert comm.stream.waited and not comm._pending
+        except BaseException as e:   # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    for r in (0, 1):
+        for k in want:
+            np.testing.assert_allclose(got[r][k], want[k], rtol=1e-12, atol=1e-14)
+    assert {stream for _, _, stream in log} and len(log) == 2 * 4 * 3   # 3 buckets a step
