@@ -161,8 +161,8 @@ def main(argv=None) -> None:
     print(f"\nModel: weak scaling, ring all-reduce at {BANDWIDTH / 1e9:.0f} GB/s and "
           f"{LATENCY * 1e6:.0f} us, compute = the measured 1-process step, buckets of "
           f"{args.bucket_mb:g} MiB and the best size\n")
-    print("| model | N | step ms (25 MiB) | efficiency | best bucket | step ms (best) | "
-          "efficiency |\n|---|---:|---:|---:|---:|---:|---:|")
+    print(f"| model | N | step ms ({args.bucket_mb:g} MiB) | efficiency | best bucket | "
+          "step ms (best) | efficiency |\n|---|---:|---:|---:|---:|---:|---:|")
     for model in args.models.split(","):
         loc = by[(model, 1, "local")]
         c, g = loc["step_ms"] / 1e3, by[(model, 1, "overlap")]["bytes"]
