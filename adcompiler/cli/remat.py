@@ -95,7 +95,7 @@ def remat_curve_main(args, inputs_for=None) -> int:
     (default: --inputs, else seeded random inputs)."""
     from .compile import compile_program
     from .inputs import DimBinder, check_inputs, load_data, random_inputs
-    from ..remat.curve import format_curve, plot_curve, remat_curve
+    from ..remat.curve import baseline_rows, format_curve, plot_curve, remat_curve
     comp = compile_program(args.file, "reverse", args.fn, args.wrt,
                            bind=getattr(args, "bind", None) or None)
     binder = DimBinder(getattr(args, "bind", None) or {})
@@ -106,9 +106,10 @@ def remat_curve_main(args, inputs_for=None) -> int:
     else:
         inputs, _ = random_inputs(comp.run_fn, binder, getattr(args, "seed", 0))
     rows = remat_curve(comp.module, comp.run_name, binder.env, inputs, points=args.points)
-    print(format_curve(rows))
+    base = baseline_rows(comp.module, comp.run_name, binder.env, inputs)
+    print(format_curve(rows, base))
     if getattr(args, "json", None):
-        write_stats_json(args.json, {"rows": rows})
+        write_stats_json(args.json, {"rows": rows, "baselines": base})
     if args.output:
         if plot_curve(rows, args.output, f"{args.file} ({comp.run_name})"):
             print(f"wrote {args.output}")

@@ -1,4 +1,5 @@
-"""The memory / recomputation trade-off: budgets swept from min-memory to store-all."""
+"""The memory / recomputation trade-off: budgets swept from min-memory to store-all, and
+the baselines (`sqrt`, `mincut`) beside them."""
 from __future__ import annotations
 
 import os
@@ -19,30 +20,39 @@ def remat_curve(module: Module, fn: str, dims: Mapping[str, int], inputs: dict |
     hi = remat_stats(module, schedule(module, "none", fn, dims), dims)["peak_bytes_store_all"]
     floor = remat_stats(module, lo, dims)["peak_bytes_predicted"]
     budgets = sorted({floor + (hi - floor) * k // max(points - 1, 1) for k in range(points)})
-    rows = []
-    for budget in budgets:
-        sched = schedule(module, Policy("budget", budget=budget), fn, dims)
-        stats = remat_stats(module, sched, dims)
-        row = {"budget": budget, "peak_bytes_predicted": stats["peak_bytes_predicted"],
-               "peak_bytes_measured": None,
-               "recompute_fraction": stats["recompute_fraction"],
-               "recompute_flops": stats["recompute_flops"]}
-        if inputs is not None:
-            from adc_runtime.executor import run_function
-            kw = {"xp": xp} if xp is not None else {}
-            _, run_stats = run_function(sched.module, fn, inputs, dims=dims, **kw)
-            row["peak_bytes_measured"] = run_stats["peak_bytes"]
-        rows.append(row)
-    return rows
+    return [_row(module, fn, dims, inputs, Policy("budget", budget=b), xp, budget=b)
+            for b in budgets]
 
 
-def format_curve(rows: list[dict]) -> str:
-    head = f"{'budget':>14} {'predicted peak':>16} {'measured peak':>16} {'recompute':>10}"
+def baseline_rows(module: Module, fn: str, dims: Mapping[str, int], inputs: dict | None = None,
+                  xp=None, policies=("sqrt", "mincut")) -> list[dict]:
+    """One row per baseline policy, in the same form (``budget`` None)."""
+    return [_row(module, fn, dims, inputs, p, xp) for p in policies]
+
+
+def _row(module: Module, fn: str, dims, inputs, policy, xp, budget=None) -> dict:
+    sched = schedule(module, policy, fn, dims)
+    stats = remat_stats(module, sched, dims)
+    row = {"policy": str(policy), "budget": budget,
+           "peak_bytes_predicted": stats["peak_bytes_predicted"],
+           "peak_bytes_measured": None, "recompute_fraction": stats["recompute_fraction"],
+           "recompute_flops": stats["recompute_flops"], "guarantee": stats["guarantee"]}
+    if inputs is not None:
+        from adc_runtime.executor import run_function
+        kw = {"xp": xp} if xp is not None else {}
+        _, run_stats = run_function(sched.module, fn, inputs, dims=dims, **kw)
+        row["peak_bytes_measured"] = run_stats["peak_bytes"]
+    return row
+
+
+def format_curve(rows: list[dict], baselines: list[dict] = ()) -> str:
+    head = f"{'budget':>14} {'predicted peak':>16} {'measured peak':>16} {'recompute':>10}  schedule"
     lines = [head, "-" * len(head)]
-    for r in rows:
+    for r in list(rows) + list(baselines):
         meas = "-" if r["peak_bytes_measured"] is None else f"{r['peak_bytes_measured']:,}"
-        lines.append(f"{r['budget']:>14,} {r['peak_bytes_predicted']:>16,} {meas:>16} "
-                     f"{r['recompute_fraction']:>9.2f}x")
+        budget = r["policy"] if r["budget"] is None else f"{r['budget']:,}"
+        lines.append(f"{budget:>14} {r['peak_bytes_predicted']:>16,} {meas:>16} "
+                     f"{r['recompute_fraction']:>9.2f}x  {r['guarantee']}")
     lines.append(f"(bytes; recompute = recomputed FLOPs / forward FLOPs; "
                  f"from {format_bytes(rows[0]['budget'])} to {format_bytes(rows[-1]['budget'])})")
     return "\n".join(lines)

@@ -125,29 +125,42 @@ def _candidates(n: int, room: int, state: int, step: int) -> list[tuple[int, int
     return sorted(out)
 
 
-def _best_for_loop(n: int, fits, state: int, step: int, tries: int = 8) -> tuple[int, int]:
-    """The (c, L) with the fewest recomputed steps that fits: `fits(c, L)` is True, or the
-    bytes by which the plan's exact peak misses the budget; (1, 1) fits.
+EXACT_STEPS = 4096     # loops up to this length: every tape length bisected on exact peaks
 
-    With one-step tapes, a bisection on exact peaks finds the most slots c1 that fit (the
-    peak grows with the slots). That calibrates a model of the room the loop has:
-    ``(c-1)*state + (L-1)*step`` must stay within ``c1*state - 1`` bytes. The cheapest plan
-    of that model (closed-form costs over O(log n) tape lengths) is checked exactly; when
-    the model was short, the room is cut by the shortfall and the search repeated (at most
-    `tries` times), keeping (c1, 1) as the fallback.
+
+def _best_for_loop(n: int, fits, room: int, state: int, step: int,
+                   tries: int = 8) -> tuple[int, int]:
+    """The (c, L) with the fewest recomputed steps that fits: `fits(c, L)` is True, or the
+    bytes by which the plan's exact peak misses the budget; (1, 1) fits, leaving `room`
+    bytes below the budget.
+
+    For each tape length L of a ladder, a bisection on exact peaks finds the most slots
+    that fit (the peak grows with the slots and with L). Beyond `EXACT_STEPS` steps, where
+    every exact peak means rewriting a long loop, only one-step tapes are bisected (c1
+    slots) and longer tapes are tried by a model of the peak, the room
+    taken by ``(c-1)*state + (L-1)*step`` (slots and tape full at once): the cheapest plan
+    of the model that beats (c1, 1) is checked exactly; when the model was short, the room
+    is cut by the shortfall and the search repeated (at most `tries` times).
     """
     if fits(1, n) is True:
         return 1, n
-    lo, hi = 1, n - 1
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if fits(mid, 1) is True else (lo, mid - 1)
-    best = (cost(n, lo, 1), lo, 1)
-    room = lo * state - 1 if state else 0
+    best = (cost(n, 1, 1), 1, 1)
+    for L in [1] + (_leaves(n) if n <= EXACT_STEPS else []):
+        if fits(1, L) is not True:
+            break
+        lo, hi = 1, -(-n // L)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if fits(mid, L) is True else (lo, mid - 1)
+        best = min(best, (cost(n, lo, L), lo, L))
+    if n <= EXACT_STEPS:
+        return best[1], best[2]
     for _ in range(tries):
         for adv, c, L in _candidates(n, room, state, step):
             if adv >= best[0]:
                 return best[1], best[2]
+            if L == 1:
+                continue
             over = fits(c, L)
             if over is True:
                 return c, L
@@ -179,7 +192,7 @@ def solve_budget(module: Module, fn: str, pairs: list[LoopPair], budget: int | N
             """True, or by how many bytes the plan's exact peak misses the budget."""
             peak = peaks(plans[:k] + [(n, c, L)] + plans[k + 1:])
             return True if peak <= budget else peak - budget
-        c, L = _best_for_loop(n, fits, _state_bytes(pairs[k], dims),
+        c, L = _best_for_loop(n, fits, budget - peaks(plans), _state_bytes(pairs[k], dims),
                               _loop_sizes(pairs[k], dims))
         plans[k] = (n, c, L)
     return [_plan(*s) for s in plans]
