@@ -153,3 +153,26 @@ def test_remat_option_keeps_the_gradients():
             np.testing.assert_array_equal(a, b)
     with pytest.raises(adc.AdcError, match="remat= applies to"):
         adc.jvp(rnn, remat="sqrt")
+
+
+def test_gelu_approximations_match_torch_in_every_mode():
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+    x = np.linspace(-6.0, 6.0, 25)
+    t = np.linspace(1.0, -1.0, 25)
+    for approximate in ("none", "tanh"):
+        option = "" if approximate == "none" else ', approximate="tanh"'
+        src = f"def g(param x: f64[25]) -> f64 {{\n    return sum(gelu(x{option}) ** 2)\n}}\n"
+        xt = torch.tensor(x, requires_grad=True)
+        loss = torch.sum(F.gelu(xt, approximate=approximate) ** 2)
+        (gt,) = torch.autograd.grad(loss, xt, create_graph=True)
+        (ht,) = torch.autograd.grad(gt, xt, torch.tensor(t))
+        value, g = adc.value_and_grad(src, wrt="x")(x)
+        assert value == pytest.approx(loss.item(), rel=1e-12)
+        np.testing.assert_allclose(g, gt.detach().numpy(), rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(adc.hvp(src, wrt="x")(x, t), ht.numpy(), rtol=1e-9,
+                                   atol=1e-12)
+        _, tangent = adc.jvp(src, wrt="x")(x, t)
+        assert tangent == pytest.approx(float(gt.detach().numpy() @ t), rel=1e-10)
+    with pytest.raises(adc.AdcError, match='approximate must be "none"'):
+        adc.load('def g(x: f64) -> f64 {\n    return gelu(x, approximate="erf")\n}\n')

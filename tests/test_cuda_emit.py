@@ -48,7 +48,7 @@ adc_g_0 = cupy.ElementwiseKernel(
     const bool t2 = in0 > in1;
     const double t3 = adc_max(in0, t0);
     const double t4 = pow(t3, t1);
-    const double t5 = 0.5 * in1 * (1.0 + tanh(0.7978845608028654 * (in1 + 0.044715 * in1 * in1 * in1)));
+    const double t5 = 0.5 * in1 * (1.0 + erf(in1 * 0.7071067811865476));
     const double t6 = t2 ? t4 : t5;
     out0 = t6;
 ''',

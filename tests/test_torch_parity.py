@@ -199,6 +199,10 @@ def binary(name, expr, ref, sa, sb, ka="n", kb="n", **kw):
 
 
 def gelu_ref(x):
+    return F.gelu(x)   # PyTorch's default, approximate="none" (erf), as adc's
+
+
+def gelu_tanh_ref(x):
     return F.gelu(x, approximate="tanh")
 
 
@@ -220,6 +224,9 @@ CASES = [
     unary("relu", "relu(a)", torch.relu, "kink"),     # relu'(0) = 0
     unary("gelu", "gelu(a)", gelu_ref, "n"),
     unary("gelu_wide", "gelu(a)", gelu_ref, "wide"),
+    unary("gelu_tanh", 'gelu(a, approximate="tanh")', gelu_tanh_ref, "n"),
+    unary("gelu_tanh_wide", 'gelu(a, "tanh")', gelu_tanh_ref, "wide"),
+    unary("erf", "erf(a)", torch.erf, "n"),
     # torch's softplus returns x itself above threshold=20; |x| <= 15 here (see report)
     unary("softplus", "softplus(a)", F.softplus, "wide"),
     unary("square", "square(a)", torch.square),
@@ -497,6 +504,7 @@ CASES = [
                                                            "y": ((3, 4), "unit")},
          lambda t: F.binary_cross_entropy_with_logits(t["z"], t["y"], reduction="none")),
     unary("huge_gelu", "gelu(a)", gelu_ref, "huge", (3, 4)),
+    unary("huge_gelu_tanh", 'gelu(a, approximate="tanh")', gelu_tanh_ref, "huge", (3, 4)),
     # ---- derivatives, dtype
     binary("stop_gradient", "stop_gradient(a) * b + a * stop_gradient(a)",
            lambda a, b: a.detach() * b + a * a.detach(), (2, 3), (3,)),

@@ -25,7 +25,7 @@ STORAGE = {"f16": "float16", "f32": "float", "f64": "double", "i32": "int",
 COMPUTE = {**STORAGE, "f16": "float"}  # float16 arithmetic runs in float
 
 _FLOAT_FNS = ("exp", "log", "log1p", "expm1", "sqrt", "sin", "cos", "tanh", "floor", "ceil",
-              "rint", "fabs", "pow")
+              "rint", "fabs", "pow", "erf")
 
 
 def math_fn(name: str, ctype: str) -> str:

@@ -114,7 +114,24 @@ def unary(name, cuda, *, deriv=None, scale=None, vjp=None, infer=None, traits=()
 
 # ---- unary ---------------------------------------------------------------------------
 
-def _gelu_deriv(b, x, y):
+GELU_APPROXIMATIONS = ("none", "tanh")   # PyTorch's names; "none" (exact, erf) by default
+
+
+def _gelu_type(types, attrs):
+    if attrs["approximate"] not in GELU_APPROXIMATIONS:
+        raise ShapeError(f"gelu: approximate must be \"none\" (exact, with erf) or \"tanh\", "
+                         f"got {attrs['approximate']!r}")
+    return _float_unary("gelu")(types, attrs)
+
+
+def _gelu_deriv(b, x, approximate):
+    if approximate == "none":
+        # gelu = x Phi(x): gelu' = Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
+        phi_x = b.emit("mul", scalar(b, 0.5, x), b.emit("add", scalar(b, 1.0, x), b.emit(
+            "erf", b.emit("mul", x, scalar(b, math.sqrt(0.5), x)))))
+        density = b.emit("mul", scalar(b, 1 / math.sqrt(2 * math.pi), x), b.emit(
+            "exp", b.emit("mul", scalar(b, -0.5, x), b.emit("square", x))))
+        return b.emit("add", phi_x, b.emit("mul", x, density))
     # gelu = 0.5 x (1 + t), t = tanh(k x (1 + a x^2)):
     # gelu' = 0.5 ((1 + t) + x (1 - t^2) k (1 + 3 a x^2))
     k, a = math.sqrt(2.0 / math.pi), 0.044715
@@ -127,6 +144,9 @@ def _gelu_deriv(b, x, y):
 
 
 def _gelu_cuda(w, ct, dt, op, a):
+    if op.attrs.get("approximate", "none") == "none":
+        return (f"{lit(0.5, ct)} * {a} * ({lit(1.0, ct)} + {math_fn('erf', ct)}("
+                f"{a} * {lit(math.sqrt(0.5), ct)}))")
     return (f"{lit(0.5, ct)} * {a} * ({lit(1.0, ct)} + {math_fn('tanh', ct)}("
             f"{lit(math.sqrt(2.0 / math.pi), ct)} * ({a} + {lit(0.044715, ct)} * {a} * {a} * {a})))")
 
@@ -182,7 +202,13 @@ unary("sigmoid", expr(_sigmoid_cuda), flops=4,
       deriv=lambda b, x, y: b.emit("mul", y, b.emit("sub", scalar(b, 1.0, y), y)))
 unary("relu", expr(lambda w, ct, dt, op, a: f"adc_max({a}, {lit(0.0, ct)})"),
       scale=lambda b, x, y, g: b.emit("where", b.emit("gt", x, scalar(b, 0.0, x)), g, scalar(b, 0.0, g)))
-unary("gelu", expr(_gelu_cuda), deriv=_gelu_deriv, flops=8)
+unary("erf", fn("erf"), flops=8, deriv=lambda b, x, y: b.emit(
+    "mul", scalar(b, 2 / math.sqrt(math.pi), x), b.emit("exp", b.emit("neg", b.emit("square", x)))))
+unary("gelu", expr(_gelu_cuda), infer=_gelu_type, flops=8,
+      options=(Option("approximate", "str", "none"),),
+      vjp=lambda b, op, ct: [b.emit("mul", ct[0], _gelu_deriv(b, op.operands[0],
+                                                               op.attrs["approximate"]))],
+      doc="x Phi(x) (approximate=\"none\", as PyTorch's default) or its tanh approximation")
 # softplus' = sigmoid, which the sigmoid kernel computes stably
 unary("softplus", expr(_softplus_cuda), deriv=lambda b, x, y: b.emit("sigmoid", x), flops=4)
 unary("square", expr(lambda w, ct, dt, op, a: f"{a} * {a}"),

@@ -57,8 +57,24 @@ def softplus(xp, x):
     return xp.maximum(x, 0) + xp.log1p(xp.exp(-xp.abs(x)))
 
 
+def _erf(xp, x):
+    """erf in `x`'s dtype: SciPy's for NumPy arrays, cupyx's for CuPy arrays."""
+    if xp.__name__ == "numpy":
+        from scipy.special import erf
+    else:
+        from cupyx.scipy.special import erf
+    return erf(x).astype(x.dtype, copy=False)
+
+
+@kernel("erf", fresh=True)
+def erf(xp, x):
+    return _erf(xp, x)
+
+
 @kernel("gelu", fresh=True)
-def gelu(xp, x):
+def gelu(xp, x, approximate="none"):
+    if approximate == "none":   # x Phi(x), PyTorch's default
+        return 0.5 * x * (1 + _erf(xp, x * x.dtype.type(math.sqrt(0.5))))
     return 0.5 * x * (1 + xp.tanh(GELU_K * (x + 0.044715 * x * x * x)))
 
 

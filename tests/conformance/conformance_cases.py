@@ -21,7 +21,7 @@ def U(rng, lo, hi, *shape):
 
 
 def gelu(x):
-    return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))   # PyTorch's default gelu
 
 
 def softplus(x):
