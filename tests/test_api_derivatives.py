@@ -76,7 +76,7 @@ def test_empty_inputs_give_empty_blocks():
 def test_check_grads_passes_and_catches_a_wrong_rule():
     inputs = {"a": A, "w": W}
     errors = adc.check_grads(TWO_OUT, inputs)
-    assert set(errors) == {"jvp", "vjp (dot product)"}
+    assert set(errors) == {"jvp", "vjp", "dot product"}
     assert adc.check_grads(SCALAR, inputs, order=2)["hvp"] < 1e-6
     wrong = """
 def sq(x: f64[3]) -> f64[3] {
@@ -92,5 +92,38 @@ def loss(param a: f64[3]) -> f64 {
     return sum(sq(a))
 }
 """
-    with pytest.raises(AssertionError, match=r"vjp \(dot product\) relative error"):
+    with pytest.raises(AssertionError, match=r"vjp relative error .*, dot product relative"):
         adc.check_grads(wrong, {"a": A})
+
+
+CUSTOM = """
+def clip_grad(x: f64[N]) -> f64[N] {
+    return x * x
+}
+grad clip_grad(x, y, dy) {
+    return clip(dy, -1.0, 1.0) * 2 * x
+}
+def loss(param a: f64[3]) -> f64 {
+    return sum(3 * clip_grad(a))
+}
+"""
+
+
+def test_custom_rules_in_second_order_and_errors_in_the_users_names():
+    a = np.array([0.3, -0.5, 1.2])
+    # the rule clips the cotangent 3 to 1: 2 a, not 6 a; the Hessian differentiates the rule
+    np.testing.assert_allclose(adc.grad(CUSTOM, wrt="a")(a), 2 * a, rtol=1e-12)
+    np.testing.assert_allclose(adc.hessian(CUSTOM, wrt="a")(a), 2 * np.eye(3), rtol=1e-12)
+    with pytest.raises(adc.AdcError, match=r"call to 'clip_grad': it has a grad rule but no "
+                                           r"tangent rule; add a rule 'tangent clip_grad\("):
+        adc.jvp(CUSTOM, wrt="a")
+    two_calls = CUSTOM.replace("sum(3 * clip_grad(a))", "sum(clip_grad(a) * clip_grad(a))")
+    with pytest.raises(adc.AdcError, match=r"call to 'clip_grad':"):
+        adc.hvp(two_calls, wrt="a")      # the forward sweep calls it: no forward rule
+    exact = CUSTOM.replace("clip(dy, -1.0, 1.0)", "dy")
+    errors = adc.check_grads(exact, {"a": a}, order=2)
+    assert "jvp" not in errors and errors["hvp"] < 1e-6          # no tangent rule: no jvp
+    with_tangent = exact.replace(
+        "def loss", "tangent clip_grad(x, dx) {\n    return 2 * x * dx\n}\ndef loss")
+    assert set(adc.check_grads(with_tangent, {"a": a}, order=2)) == {
+        "vjp", "jvp", "dot product", "hvp"}

@@ -259,6 +259,12 @@ def replace_all_uses(block: Block, mapping: dict[Value, Value]) -> None:
                 break
 
 
+def source_name(name: str) -> str:
+    """The name a function has in the program's source: the lowering names a function
+    specialized to concrete dims ``f.N4`` and rule functions ``f.grad``, after it."""
+    return name.split(".")[0]
+
+
 def _module_from_text(text: str) -> "Module":
     from .parser import parse_module
     return parse_module(text, "<pickle>")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from ..diagnostics import AdcError
 from ..ir.builder import Builder
-from ..ir.core import Block, Function, Module, Op, Value
+from ..ir.core import Block, Function, Module, Op, Value, source_name
 from ..ir.types import TensorType
 from ..ops import registry
 from ..ops.registry import has_trait
@@ -104,12 +104,13 @@ class TangentBuilder:
         callee = op.attrs["callee"]
         rule = self.module.rule_for(callee, "tangent")
         if rule is None:
+            name = source_name(callee)
             if self.module.rule_for(callee, "grad") is not None:
-                raise AdcError(f"forward mode cannot differentiate the call to '{callee}': it "
+                raise AdcError(f"forward mode cannot differentiate the call to '{name}': it "
                                f"has a grad rule but no tangent rule; add a rule "
-                               f"'tangent {callee}(inputs..., input tangents...)' that "
+                               f"'tangent {name}(inputs..., input tangents...)' that "
                                f"returns one tangent per result", op.loc)
-            raise AdcError(f"call to '{callee}' was not inlined", op.loc)
+            raise AdcError(f"call to '{name}' was not inlined", op.loc)
         seeds = [t if t is not None else zeros_like(self.b, v)
                  for t, v in zip(in_t, op.operands)]
         return self.b.call(rule, list(op.operands) + seeds)

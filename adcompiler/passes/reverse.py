@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ..diagnostics import AdcError
 from ..ir.builder import Builder
-from ..ir.core import Block, Function, Module, Op, Value
+from ..ir.core import Block, Function, Module, Op, Value, source_name
 from ..ir.types import TensorType
 from ..ops import registry
 from ..ops.registry import has_trait
@@ -92,7 +92,7 @@ def call_rule(b: Builder, op: Op, out_cts: list, module: Module) -> list:
     """A call that survived inlining has a ``grad`` rule: call it."""
     rule = module.rule_for(op.attrs["callee"], "grad")
     if rule is None:
-        raise AdcError(f"call to '{op.attrs['callee']}' was not inlined", op.loc)
+        raise AdcError(f"call to '{source_name(op.attrs['callee'])}' was not inlined", op.loc)
     seeds = [c if c is not None else zeros_like(b, r) for c, r in zip(out_cts, op.results)]
     return b.call(rule, list(op.operands) + list(op.results) + seeds)
 
