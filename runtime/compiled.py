@@ -22,8 +22,9 @@ integer literals; every object it uses (kernels, buffers, ops handed to the inte
 passed in a namespace, never written into the source. Nothing in a program (value names,
 attributes, file names) can therefore become code.
 
-Ops without a kernel of their own (``for``, ``call``, ``fused``) and the slice checks of
-symbolic axes that fail run through the interpreter (`Executor.run_op`) from the generated
+Ops without a kernel of their own (``for``, ``call``, ``fused``), plugin ops (whose results
+the interpreter checks against their types) and the slice checks of symbolic axes that
+fail run through the interpreter (`Executor.run_op`) from the generated
 code. The kernels are the interpreter's, in the same order on the same operands, so
 results are bit-identical; ``tests/test_compiled.py`` compares both on every sample. A
 kernel that rejects its data (a ValueError or IndexError) makes the call run again on the
@@ -42,7 +43,7 @@ import numpy
 from . import specialize
 from .buffers import returns_new, value_nbytes
 from .executor import ANNOTATION_ATTRS, RunError, SHAPE_ATTRS, Executor, check_slices
-from .kernels import DTYPES, KERNELS, OUT_KERNELS
+from .kernels import BUILTIN, DTYPES, KERNELS, OUT_KERNELS
 from .liveness import last_uses
 
 # built-in ops (deterministic; a plugin's op never is one of these names) evaluated at code
@@ -247,8 +248,8 @@ class CompiledExecutor(Executor):
         attrs)``; None when the interpreter must (regions, no kernel, a failing check)."""
         if op.regions or op.name in ("call", "for", "fused", "yield", "return"):
             return None
-        if op.name not in KERNELS:
-            return None
+        if op.name not in BUILTIN:
+            return None  # no kernel, or a plugin's: the interpreter checks what it returns
         if op.name in ("index", "index_grad"):
             try:
                 if op.name == "index":

@@ -18,9 +18,10 @@ from .dims import eval_dim, symbolic_slice
 from .inputs import convert_input
 from .errors import RunError, UnboundDimError  # noqa: F401  (raised here, imported from here)
 from .buffers import donations, plan_block, value_nbytes
-from .kernels import DTYPES, ELEMENTWISE_OUT, KERNELS, OUT_KERNELS, OUT_RULES
+from .kernels import BUILTIN, DTYPES, ELEMENTWISE_OUT, KERNELS, OUT_KERNELS, OUT_RULES
 from .liveness import last_uses
 
+IR_DTYPES = {v: k for k, v in DTYPES.items()}  # "float32" -> "f32"
 SHAPE_ATTRS = ("shape", "n")  # attributes that may hold symbolic dimensions
 ANNOTATION_ATTRS = ("recompute",)  # marks for readers of the IR, not kernel options
 
@@ -68,6 +69,26 @@ def bind_dims(fn, arrays: list, dims: Mapping[str, int] | None = None) -> dict[s
         if tuple(a.shape) != want:
             raise RunError(f"input '{arg.name}' has shape {tuple(a.shape)}, expected {want}")
     return bound
+
+
+def check_results(op, outs: list, dtypes: list, shapes: list) -> None:
+    """A `RunError` at `op`'s line unless a plugin kernel returned one array per result of
+    the shape and dtype its type rule declared (a wrong one would flow on unnoticed)."""
+    def text(dtype, shape) -> str:
+        return f"{IR_DTYPES.get(str(dtype), dtype)}[{', '.join(map(str, shape))}]"
+
+    if len(outs) != len(op.results):
+        raise RunError(f"the kernel of plugin op '{op.name}' returned {len(outs)} arrays "
+                       f"for its {len(op.results)} results", op.loc)
+    for k, (a, dtype, shape) in enumerate(zip(outs, dtypes, shapes)):
+        got_dtype, got_shape = getattr(a, "dtype", None), getattr(a, "shape", None)
+        if got_dtype == dtype and got_shape is not None and tuple(got_shape) == shape:
+            continue
+        what = "its result" if len(outs) == 1 else f"result {k}"
+        got = (text(got_dtype, got_shape) if got_dtype is not None and got_shape is not None
+               else f"a {type(a).__name__}, not an array")
+        raise RunError(f"the kernel of plugin op '{op.name}' returned {got} for {what}, "
+                       f"but its type rule gives {text(dtype, shape)}", op.loc)
 
 
 class Executor:
@@ -212,7 +233,9 @@ class Executor:
         if kern is None:
             raise RunError(f"no kernel for op '{op.name}'")
         dtypes = [numpy.dtype(DTYPES[v.type.dtype]) for v in op.results]
-        return kern, attrs, planned, dtypes
+        shapes = None if op.name in BUILTIN else [self._resolve(v.type.shape)
+                                                  for v in op.results]
+        return kern, attrs, planned, dtypes, shapes
 
     def run_op(self, op, env) -> list:
         args = [env[v] for v in op.operands]
@@ -229,7 +252,7 @@ class Executor:
         prep = self._prepared.get(op)
         if prep is None:
             prep = self._prepared[op] = self._prepare(op)
-        kern, attrs, planned, dtypes = prep
+        kern, attrs, planned, dtypes, shapes = prep
         if name == "index":
             check_slices(op.attrs["idx"], op.operands[0].type.shape, args[0].shape)
         elif name == "index_grad":
@@ -243,6 +266,8 @@ class Executor:
         except (ValueError, IndexError) as e:  # data the op cannot take: an empty max, ...
             raise RunError(f"{name} cannot run on these values: {e}", op.loc) from None
         outs = list(r) if isinstance(r, (tuple, list)) else [r]
+        if shapes is not None:
+            check_results(op, outs, dtypes, shapes)
         for k, (a, want) in enumerate(zip(outs, dtypes)):
             if getattr(a, "dtype", None) != want:
                 outs[k] = self.xp.asarray(a, dtype=want)
