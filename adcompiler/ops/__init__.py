@@ -1,4 +1,5 @@
 """Op families. Importing this package registers every op (see `registry`)."""
 from . import registry  # noqa: F401
-from . import control, create, elementwise, reduce, linalg, shape, nn, collective  # noqa: F401
+from . import control, create, elementwise, reduce, linalg, shape  # noqa: F401
+from . import nn, gather, collective  # noqa: F401
 from .registry import REGISTRY, get  # noqa: F401
