@@ -74,21 +74,15 @@ WORKLOADS = {
 # ---- inputs and peers ------------------------------------------------------------------
 
 def make_inputs(fn, sizes: dict, ints: dict, seed: int = 0) -> dict:
+    """bench_gpu's float inputs; integer class labels in [0, classes) for `ints`."""
     import numpy as np
-    rng = np.random.default_rng(seed)
-    out = {}
-    for a in fn.args:
-        shape = tuple(d if isinstance(d, int) else sizes[d] for d in a.type.shape)
-        if a.name in ints:
-            n = ints[a.name] if isinstance(ints[a.name], int) else sizes[ints[a.name]]
-            out[a.name] = rng.integers(0, n, shape).astype(np.int64)
-            continue
-        x = rng.standard_normal(shape)
-        if len(shape) >= 2 and a.name != "x":
-            x *= 0.5 / np.sqrt(shape[-2])
-        elif len(shape) == 1:
-            x = (1.0 if a.name.startswith("g") else 0.0) + 0.1 * x
-        out[a.name] = x.astype(np.float32)
+    sys.path.insert(0, str(HERE))
+    from bench_gpu import make_inputs as float_inputs
+    out = float_inputs(fn, sizes, seed)
+    rng = np.random.default_rng(seed + 1)
+    for name, n in ints.items():
+        n = n if isinstance(n, int) else sizes[n]
+        out[name] = rng.integers(0, n, out[name].shape).astype(np.int64)
     return out
 
 

@@ -26,7 +26,7 @@ from adcompiler.ir.gcpause import fewer_collections
 from adcompiler.ir.parser import parse_module
 from adcompiler.ir.printer import print_module
 from adcompiler.ir.verifier import verify
-from adcompiler.passes.pipeline import parse_pipeline, pass_spec
+from adcompiler.passes.pipeline import apply_pass, parse_pipeline, pass_spec
 from adc_runtime.buffers import plan_block
 from adc_runtime.executor import Executor
 
@@ -59,11 +59,12 @@ def compile_timed(n: int, mode: str) -> tuple[dict[str, float], int]:
     src = chain_source(n)
     module = timed("frontend", compile_source, src, "chain.tdsl")
     derive = f"{mode}{{wrt=w fn=chain}}"
-    with fewer_collections():  # as run_pipeline does
+    owned = False
+    with fewer_collections():  # as run_pipeline does, pass by pass
         for p in parse_pipeline(",".join((DEFAULT_PASSES, DERIVATIVE_PREP, derive,
                                           DEFAULT_PASSES))):
             name = pass_spec(p).split("{")[0]
-            module = timed(name, p, module)
+            module, owned = timed(name, apply_pass, p, module, owned)
     timed("verify", verify, module)
     text = timed("print", print_module, module)
     timed("parse-ir", parse_module, text, "chain.ir")

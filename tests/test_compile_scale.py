@@ -142,3 +142,19 @@ def test_a_5k_op_program_compiles_in_reverse_mode_and_runs():
     g = adc_grad(small, wrt="w")
     x, w = np.linspace(-1, 1, 8, dtype=np.float32), np.full(8, 0.5, np.float32)
     assert np.all(np.isfinite(g(x, w)))
+
+
+def test_a_pipeline_copies_its_input_once_and_leaves_it_untouched(monkeypatch):
+    from adcompiler.passes import pipeline
+    module = compile_source(chain_source(50), "chain.tdsl")
+    before = print_module(module)
+    copies = []
+    original = pipeline.clone_module
+    monkeypatch.setattr(pipeline, "clone_module", lambda m: copies.append(m) or original(m))
+    out = run_pipeline(module, "inline,canonicalize,cse,dce,canonicalize,cse,dce")
+    assert len(copies) == 1 and copies[0] is module
+    assert print_module(module) == before and out is not module
+    out2 = run_pipeline(module, "inline,cse,scan-inputs,reverse{wrt=w fn=chain},cse,dce")
+    # once before reverse, once by reverse itself (its inlining), once after it
+    assert len(copies) == 4
+    assert print_module(module) == before and "chain_grad" in out2

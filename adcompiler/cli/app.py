@@ -18,6 +18,7 @@ from .forward import (FORWARD_MODES, add_jacobian_command, add_tangents_argument
 from .remat import add_remat_arguments, add_remat_curve_command
 from .train import add_train_command
 from ..diagnostics import AdcError, render
+from ..ir.gcpause import fewer_collections
 
 EPILOG = "Run 'adc COMMAND --help' for the options of each command."
 
@@ -188,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "plugin", None):
             from ..plugins import load_plugins
             load_plugins(args.plugin)
-        return args.func(args)
+        with fewer_collections():  # a command builds large IR: see `ir.gcpause`
+            return args.func(args)
     except AdcError as e:
         print(_render(e), file=sys.stderr)
         if debug:

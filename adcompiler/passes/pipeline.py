@@ -249,10 +249,22 @@ def run_pipeline(module: Module, pipeline: str | list, print_ir_after_all: bool 
         return _run(module, passes, print_ir_after_all, verify, out)
 
 
+def apply_pass(p, module: Module, owned: bool) -> tuple[Module, bool]:
+    """Run the pass `p` on `module` as a pipeline does; returns the result and whether the
+    pipeline alone holds it. Module passes of one run work on one copy: each pass's `run`
+    may mutate it, so the copy is made once, not once per pass."""
+    if isinstance(p, ModulePass) and type(p).__call__ is ModulePass.__call__:
+        if not owned:
+            module = clone_module(module)
+        return p.run(module), True
+    return p(module), False  # any other callable: its result may share parts with its input
+
+
 def _run(module: Module, passes: list, print_ir_after_all: bool, verify: bool,
          out: TextIO) -> Module:
+    owned = False
     for p in passes:
-        module = p(module)
+        module, owned = apply_pass(p, module, owned)
         if verify:
             from ..ir.verifier import verify as verify_module
             verify_module(module)
