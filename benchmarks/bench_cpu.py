@@ -18,9 +18,10 @@ A gradient step computes the loss and the gradient of every parameter: adc's
 
 Each thread count runs in a child process whose BLAS (threadpoolctl), PyTorch
 (``set_num_threads``) and XLA (``XLA_FLAGS``) are limited to it before anything runs. Times
-are the median over `--repeats` blocks of `--steps` steps after warm-up (adc's compilation
-and jax.jit's tracing happen in the warm-up). "grad diff" is the largest relative
-difference ||g - g_adc|| / ||g_adc|| over the parameters. A column whose framework is not
+are the median (``--stat min``: the minimum) over `--repeats` blocks of `--steps` steps,
+the runners taking turns, after warm-up (adc's compilation and jax.jit's tracing happen in
+the warm-up). "grad diff" is the largest relative difference ||g - g_adc|| / ||g_adc||
+over the parameters. A column whose framework is not
 installed is left out.
 """
 from __future__ import annotations
@@ -129,16 +130,22 @@ def jax_table():
 
 # ---- one thread count (a child process) ------------------------------------------------
 
-def median_ms(step, steps: int, repeats: int, warmup: int) -> float:
-    for _ in range(warmup):
-        step()
-    per = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(steps):
+def time_steps(steps_by_runner: dict, args) -> dict:
+    """Milliseconds per step of each runner: warm-up, then `args.repeats` blocks of
+    `args.steps` steps, the runners taking turns block by block (so that a busy spell of
+    a shared machine falls on all of them); the median (or `--stat min`) of the blocks."""
+    for step in steps_by_runner.values():
+        for _ in range(args.warmup):
             step()
-        per.append((time.perf_counter() - t0) * 1e3 / steps)
-    return statistics.median(per)
+    per: dict = {k: [] for k in steps_by_runner}
+    for _ in range(args.repeats):
+        for k, step in steps_by_runner.items():
+            t0 = time.perf_counter()
+            for _ in range(args.steps):
+                step()
+            per[k].append((time.perf_counter() - t0) * 1e3 / args.steps)
+    pick = min if args.stat == "min" else statistics.median
+    return {k: pick(v) for k, v in per.items()}
 
 
 def rel_diff(g: dict, ref: dict) -> float:
@@ -185,8 +192,8 @@ def child(args) -> dict:
 
         loss, grads = adc_step()
         ref = {k: np.asarray(g, np.float64) for k, g in zip(params, grads)}
-        row = {"model": name, "threads": args.nthreads,
-               "adc": median_ms(adc_step, args.steps, args.repeats, args.warmup)}
+        row = {"model": name, "threads": args.nthreads}
+        steps = {"adc": adc_step}
         if args.interpreter:
             run = Runner(vg.module, vg.fn_name)
 
@@ -194,8 +201,7 @@ def child(args) -> dict:
                 return run(inputs, sizes)
 
             outs = interp_step()[0]
-            row["adc interpreter"] = median_ms(interp_step, args.steps, args.repeats,
-                                               args.warmup)
+            steps["adc interpreter"] = interp_step
             row["adc interpreter diff"] = rel_diff(dict(zip(params, outs[1:])), ref)
         for peer, o in frameworks.items():
             loss_fn = peer_loss(name, o)
@@ -224,8 +230,9 @@ def child(args) -> dict:
                     return out
 
                 g = [np.asarray(t) for t in step()[1]]
-            row[peer] = median_ms(step, args.steps, args.repeats, args.warmup)
+            steps[peer] = step
             row[f"{peer} diff"] = rel_diff(dict(zip(params, g)), ref)
+        row.update(time_steps(steps, args))
         rows.append(row)
         print(f"  {name} at {args.nthreads} thread(s): "
               + ", ".join(f"{k} {v:.3g}" for k, v in row.items() if isinstance(v, float)),
@@ -272,6 +279,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--stat", choices=("median", "min"), default="median",
+                    help="of the blocks' times per step (min: on a busy shared machine)")
     ap.add_argument("--interpreter", action="store_true",
                     help="also time adc's NumPy interpreter")
     ap.add_argument("--out", help="also write the table (Markdown) here")
@@ -288,6 +297,7 @@ def main(argv=None) -> int:
                               + ("true" if n > 1 else "false")
                               + f" intra_op_parallelism_threads={n}").strip())
         cmd = [sys.executable, __file__, "--nthreads", str(n), "--steps", str(args.steps),
+               "--stat", args.stat,
                "--repeats", str(args.repeats), "--warmup", str(args.warmup),
                "--models", *args.models] + (["--interpreter"] if args.interpreter else [])
         print(f"running at {n} thread(s) ...", file=sys.stderr, flush=True)
@@ -297,8 +307,8 @@ def main(argv=None) -> int:
     versions = ", ".join(f"{k} {v}" for k, v in info.get("versions", {}).items())
     text = (f"CPU gradient steps, {datetime.date.today()}: {platform.machine()}, "
             f"{os.cpu_count()} cores; {versions}; BLAS: {'; '.join(info.get('blas', []))}. "
-            f"Median of {args.repeats} x {args.steps} steps after {args.warmup} warm-up "
-            f"steps, float32.\n\n" + table(rows) + "\n")
+            f"The {args.stat} of {args.repeats} blocks of {args.steps} steps (runners taking "
+            f"turns) after {args.warmup} warm-up steps, float32.\n\n" + table(rows) + "\n")
     print(text)
     if args.out:
         Path(args.out).write_text(text)

@@ -350,6 +350,7 @@ class Runner:
         self.donate = donate
         self.make_executor = make_executor or (lambda dims: Executor(module, xp, dims))
         self._executors: dict[tuple, Executor] = {}
+        self._declared = None  # the inputs' dtypes, made on the first call
         # checks of the converted inputs, ``check(inputs by name, dims)``, each raising a
         # RunError (the library adds the class-label ranges its ops declare)
         self.checks: list = []
@@ -360,8 +361,13 @@ class Runner:
         missing = [a.name for a in fn.args if a.name not in inputs]
         if missing:
             raise RunError(f"missing input '{missing[0]}'")
-        arrays = [convert_input(a.name, inputs[a.name], a.type.dtype, str(a.type), self.xp)
-                  for a in fn.args]
+        if self._declared is None:
+            self._declared = [self.xp.dtype(DTYPES[a.type.dtype]) for a in fn.args]
+        ndarray = self.xp.ndarray
+        arrays = [v if type(v) is ndarray and v.dtype == want  # as given: the common case
+                  else convert_input(a.name, v, a.type.dtype, str(a.type), self.xp)
+                  for a, want, v in zip(fn.args, self._declared,
+                                        (inputs[a.name] for a in fn.args))]
         bound = bind_dims(fn, arrays, dims)
         if self.checks:
             named = {a.name: x for a, x in zip(fn.args, arrays)}

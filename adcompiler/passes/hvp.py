@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ..ir.core import Module
 from .ad import ADPass, resolve_wrt
-from .clone import clone_function, clone_module
+from .clone import clone_function
 from .dce import DCE
 from .inline import Inline
 from .jvp import build_tangent
@@ -27,23 +27,23 @@ from .reverse import Reverse, build_adjoint
 def forward_over_reverse(module: Module, fn_name: str, wrt: list[str]) -> Module:
     """`module` with ``<fn>_grad`` and ``<fn>_hvp`` added."""
     wrt = resolve_wrt(module[fn_name], wrt)
-    m = Reverse(wrt=tuple(wrt), fn=fn_name)(module)
+    m = Reverse(wrt=tuple(wrt), fn=fn_name)(module)  # a new module: later steps mutate it
     grad_name = f"{fn_name}_grad"
     # the adjoint calls grad rules; their bodies are differentiated like any code
-    m = DCE(fn=grad_name)(Inline(fn=grad_name)(m))
+    m = DCE(fn=grad_name).run(Inline(fn=grad_name).run(m))
     n = len(module[fn_name].result_types)
     grad_fn = m[grad_name]
     hvp = build_tangent(m, grad_fn, wrt, f"{fn_name}_hvp",
                         outputs=list(range(n, n + len(wrt))))
     hvp.attrs = {"hvp_of": fn_name, "wrt": tuple(wrt)}
     m.add(hvp)
-    return DCE(fn=hvp.name)(m)
+    return DCE(fn=hvp.name).run(m)
 
 
 def reverse_over_forward(module: Module, fn_name: str, wrt: list[str]) -> Module:
     """`module` with ``<fn>_jvp`` and ``<fn>_rof`` added."""
     wrt = resolve_wrt(module[fn_name], wrt)
-    m = clone_module(Inline(fn=fn_name)(module))
+    m = Inline(fn=fn_name)(module)  # a copy: later steps mutate it
     fn = m[fn_name]
     jvp = build_tangent(m, fn, wrt, f"{fn_name}_jvp")
     m.add(jvp)
@@ -55,12 +55,12 @@ def reverse_over_forward(module: Module, fn_name: str, wrt: list[str]) -> Module
     tangents_only.result_types = tangents_only.result_types[n:]
     m.add(tangents_only)
     # calls to tangent rules become code that reverse mode differentiates
-    m = DCE(fn=tangents_only.name)(Inline(fn=tangents_only.name)(m))
+    m = DCE(fn=tangents_only.name).run(Inline(fn=tangents_only.name).run(m))
     rof = build_adjoint(m, m[tangents_only.name], wrt, f"{fn_name}_rof")
     rof.attrs = {"rof_of": fn_name, "wrt": tuple(wrt)}
     m.add(rof)
     del m.functions[tangents_only.name]
-    return DCE(fn=rof.name)(m)
+    return DCE(fn=rof.name).run(m)
 
 
 @register_pass("hvp")
