@@ -48,7 +48,7 @@ def count_ops(module) -> int:
     return sum(1 for f in module.functions.values() for _ in f.walk())
 
 
-def compile_timed(n: int, mode: str) -> tuple[dict[str, float], int]:
+def compile_timed(n: int, mode: str, parse_ir: bool = True) -> tuple[dict[str, float], int]:
     """Seconds per stage for a chain of `n` ops compiled for `mode`; and the op count of
     the result."""
     times: dict[str, float] = {}
@@ -70,7 +70,8 @@ def compile_timed(n: int, mode: str) -> tuple[dict[str, float], int]:
             module, owned = timed(name, apply_pass, p, module, owned)
     timed("verify", verify, module)
     text = timed("print", print_module, module)
-    timed("parse-ir", parse_module, text, "chain.ir")
+    if parse_ir:
+        timed("parse-ir", parse_module, text, "chain.ir")
     target = "chain_grad" if mode == "reverse" else "chain_hvp"
     timed("emit-python", emit_python, module, target)
     ex = Executor(module, np, {})
@@ -91,6 +92,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000])
     ap.add_argument("--modes", nargs="+", default=["reverse", "hvp"],
                     choices=["reverse", "hvp"])
+    ap.add_argument("--no-parse-ir", action="store_true",
+                    help="leave out the IR parser (the slowest stage, not part of compiling)")
     args = ap.parse_args(argv)
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 10000))
     worst = 0.0
@@ -99,7 +102,7 @@ def main(argv=None) -> int:
         totals, counts = [], []
         for n in args.sizes:
             print(f"[{mode}] compiling a chain of {n} ops ...", file=sys.stderr, flush=True)
-            times, n_out = compile_timed(n, mode)
+            times, n_out = compile_timed(n, mode, not args.no_parse_ir)
             for stage, t in times.items():
                 table.setdefault(stage, []).append(t)
             totals.append(sum(t for k, t in times.items() if k != "parse-ir"))

@@ -30,8 +30,10 @@ results are bit-identical; ``tests/test_compiled.py`` compares both on every sam
 kernel that rejects its data (a ValueError or IndexError) makes the call run again on the
 interpreter, which reports the op and its line as usual.
 
-The compiled executor does not count live bytes: ``peak_bytes`` is measured by the
-interpreter (``adc run``), which stays the reference.
+Live bytes are counted as the interpreter counts them, but at code generation: every size
+is known once the dimensions are bound, so the generated code only adds the straight-line
+part's peak to what the ops run by the interpreter (loops, calls) count themselves; the
+``peak_bytes`` of a run are the interpreter's.
 """
 from __future__ import annotations
 
@@ -126,6 +128,7 @@ class CompiledExecutor(Executor):
         p = _Program()
         params = [p.var(a) for a in fn.args]
         p.lines.append(f"def program({', '.join(params)}):")
+        ex = p.bind("e", self)
         dead = last_uses(fn.body)
         # results written into the input they replace (`Executor.donate`): the buffer is that
         # call's input array, so the input's variable is kept, not a constant
@@ -134,22 +137,36 @@ class CompiledExecutor(Executor):
         self._consts = self._fold(fn.body)
         self._pairs_ce = _softmax_of_cross_entropy(fn.body)
         self._shared = {}
-        body = []
+        # live bytes, counted as the interpreter counts them (`Executor.run_block`): the sizes
+        # are known, so the count is worked out here; ops run by the interpreter start from it
+        size = lambda v: max(value_nbytes(v, self.dims), 0)  # noqa: E731
+        live = sum(size(a) for a in fn.args)
+        peak = live
+        live -= sum(size(v) for v in dead.get(-1, ()))
+        body = [f"n0 = {ex}.live"]
         for k, op in enumerate(fn.body.ops):
             if op.name == "return":
+                live -= sum(size(v) for v in dead.get(k, ()) if v not in op.operands)
+                body.append(f"{ex}.live = n0 + {live}")
+                body.append(f"if n0 + {peak} > {ex}.peak: {ex}.peak = n0 + {peak}")
                 outs = ", ".join(p.var(v) for v in op.operands)
                 body.append(f"return [{outs}]")
                 break
             if op.results and all(r in self._consts for r in op.results):
                 for r in op.results:
                     p.names[r] = p.bind("c", self._consts[r])
-                continue
-            body += self._op_lines(p, op)
-            gone = [p.var(v) for v in dead.get(k, ())
-                    if v in p.names and v not in self._consts and p.var(v) not in keep]
-            if gone:
-                body.append(f"del {', '.join(gone)}")
-        p.lines += ["    " + line for line in body] or ["    return []"]
+            else:
+                if self._direct(op) is None:  # run by the interpreter, which counts on
+                    body.append(f"{ex}.live = n0 + {live}")
+                body += self._op_lines(p, op)
+                gone = [p.var(v) for v in dead.get(k, ())
+                        if v in p.names and v not in self._consts and p.var(v) not in keep]
+                if gone:
+                    body.append(f"del {', '.join(gone)}")
+            live += sum(size(r) for r in op.results)
+            peak = max(peak, live)
+            live -= sum(size(v) for v in dead.get(k, ()))
+        p.lines += ["    " + line for line in body]
         source = "\n".join(p.lines) + "\n"
         code = compile(source, f"<adc compiled #{next(_counter)}>", "exec")
         exec(code, p.ns)  # the source holds generated identifiers only (module doc)

@@ -26,11 +26,13 @@ REVERSE = "inline,canonicalize,cse,dce,scan-inputs,reverse{{wrt={wrt} fn={fn}}},
 
 
 def both(module, name: str, inputs: dict, dims=None, calls: int = 2):
-    """Outputs of the interpreter and of the compiled executor (its last of `calls`)."""
-    want, _ = Runner(module, name)(inputs, dims)
+    """Outputs of the interpreter and of the compiled executor (its last of `calls`); the
+    live-byte peaks they count must agree."""
+    want, stats = Runner(module, name)(inputs, dims)
     compiled = Runner(module, name, make_executor=lambda d: CompiledExecutor(module, np, d))
     for _ in range(calls):
-        got, _ = compiled(inputs, dims)
+        got, got_stats = compiled(inputs, dims)
+        assert got_stats["peak_bytes"] == stats["peak_bytes"] > 0
     return want, got
 
 
@@ -133,7 +135,7 @@ def f(x: f32[N]) -> f32 {
     assert compiled.value.loc is not None and compiled.value.loc.line == 3
 
 
-GENERATED_NAME = re.compile(r"(def|return|del|program|fix|out|[vkbudcVts]\d+|op\d+|run\d+)\Z")
+GENERATED_NAME = re.compile(r"(def|return|del|program|fix|out|if|live|peak|n0|[vkbudcVtse]\d+|op\d+|run\d+)\Z")
 
 
 def test_generated_source_holds_generated_identifiers_only():
