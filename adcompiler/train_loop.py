@@ -4,7 +4,7 @@ One compiled step (`adc.train_step`: forward, adjoint, clipping and the optimize
 one program) is called on mini-batches drawn as `train_data` describes. The loop adds what a
 run needs around the step: validation each epoch with the forward-only program, checkpoints
 every N steps, resuming, a progress bar, a JSON-lines log, a plot, and stopping at a
-non-finite loss without writing the bad parameters anywhere.
+non-finite loss or gradient norm without writing the bad parameters anywhere.
 
 With a communicator (`adcompiler.distributed`), every process draws the same global batches
 and trains on its own shard of each; the step averages the loss and gradients over the
@@ -31,7 +31,8 @@ from .train_data import (DimBinder, bind_batch, check_data, check_loss, check_pa
 
 
 class NonFiniteLoss(AdcError):
-    """The loss of a step was NaN or Inf; the run stopped before keeping that step."""
+    """The loss or the gradient norm of a step was NaN or Inf; the run stopped before
+    keeping that step."""
 
 
 @dataclass
@@ -175,12 +176,16 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
         mine = idx if comm is None else shard(idx, comm.rank, comm.size)
         new_params, new_state, metrics = step_fn(params, state, take_rows(data, mine))
         loss = _float(metrics["loss"])
-        if not math.isfinite(loss):
+        norm = _float(metrics.get("grad_norm", 0.0))
+        skipped = _float(metrics.get("skipped", 0.0))   # loss scaling skips Inf gradients
+        if not math.isfinite(loss) or not (skipped or math.isfinite(norm)):
             kept = (f"; the last checkpoint '{checkpoint}' is kept" if checkpoint else "")
+            what = f"the loss is {loss}" if not math.isfinite(loss) else \
+                f"the gradient norm is {norm} (the loss {loss:.6g})"
             raise NonFiniteLoss(
-                f"the loss is {loss} at step {pos.step + 1} (epoch {pos.epoch + 1}); "
-                f"training stopped before keeping that step{kept}. Run again with "
-                "--detect-anomaly to find the first op that made a NaN or Inf")
+                f"{what} at step {pos.step + 1} (epoch {pos.epoch + 1}); training stopped "
+                f"before keeping that step{kept}. Run again with --detect-anomaly to find "
+                "the first op that made a NaN or Inf")
         params, state = new_params, new_state
         if report is not None and pos.step == result.step:  # the first step of this run
             report(*_peaks(step_fn, binder.env), remat)

@@ -47,11 +47,9 @@ def _name(v, k: int) -> str:
     return f"operand {k} ({'%' + v.name if v.name else 'unnamed'})"
 
 
-def _loss_cone(fn) -> set:
-    """The top-level ops of `fn` that its first result depends on: the forward sweep of an
-    adjoint program (every other op is the reverse sweep, or dead)."""
-    ret = fn.body.ops[-1]
-    todo = list(ret.operands[:1])
+def _cone(fn, values) -> set:
+    """The top-level ops of `fn` that `values` depend on."""
+    todo = list(values)
     seen: set = set()
     while todo:
         op = todo.pop().defining_op
@@ -65,6 +63,23 @@ def _loss_cone(fn) -> set:
     return seen
 
 
+def _sweeps(fn) -> tuple:
+    """(forward ops, adjoint ops) of an adjoint program (``wrt`` attribute: the loss, then
+    the gradients) or of a training step (``train_step_of``: the values ``grad_<param>``);
+    (None, None) for any other function, all of whose ops are forward."""
+    attrs = getattr(fn, "attrs", None) or {}
+    returned = fn.body.ops[-1].operands
+    if "train_step_of" in attrs:
+        names = {f"grad_{p}" for p in attrs.get("params", ())}
+        grads = [r for op in fn.body.ops for r in op.results if r.name in names]
+    elif "wrt" in attrs or fn.name.endswith("_grad"):
+        grads = returned[1:]
+    else:
+        return None, None
+    forward = _cone(fn, returned[:1])
+    return forward, _cone(fn, grads) - forward
+
+
 class AnomalyExecutor(Executor):
     """An `Executor` that raises `RunError` at the first op whose result is not finite.
 
@@ -73,8 +88,8 @@ class AnomalyExecutor(Executor):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._forward: dict[int, set] = {}   # id(function) -> ops of its forward sweep
-        self._top: dict = {}                 # op -> its top-level ancestor op
+        self._sweeps: dict[int, tuple] = {}  # id(function) -> (forward ops, adjoint ops)
+        self._top: dict = {}                 # op -> its function and top-level ancestor op
 
     def call(self, fn, arrays: list) -> list:
         for arg, a in zip(fn.args, arrays):
@@ -82,8 +97,8 @@ class AnomalyExecutor(Executor):
             if kind is not None:
                 raise RunError(f"anomaly: input '{arg.name}' of '{fn.name}' holds {kind} "
                                f"(first at index {_first_index(a, self.xp)})", fn.loc)
-        if id(fn) not in self._forward:
-            self._forward[id(fn)] = _loss_cone(fn) if fn.name.endswith("_grad") else None
+        if id(fn) not in self._sweeps:
+            self._sweeps[id(fn)] = _sweeps(fn)
             for top in fn.body.ops:
                 for op in top.walk():
                     self._top[op] = (fn, top)
@@ -91,11 +106,13 @@ class AnomalyExecutor(Executor):
             return super().call(fn, arrays)
 
     def sweep(self, op) -> str:
+        """``forward``, ``recomputed forward``, ``adjoint`` or (in a training step) the
+        ``update`` after the gradients are final."""
         fn, top = self._top.get(op, (None, None))
-        forward = self._forward.get(id(fn)) if fn is not None else None
+        forward, adjoint = self._sweeps.get(id(fn), (None, None))
         if forward is None or top in forward:
             return "recomputed forward" if op.attrs.get("recompute") else "forward"
-        return "adjoint"
+        return "adjoint" if top in adjoint else "update"
 
     def run_op(self, op, env) -> list:
         outs = super().run_op(op, env)

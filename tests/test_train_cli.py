@@ -228,9 +228,9 @@ def test_non_finite_loss_stops_and_keeps_the_last_checkpoint(tmp_path, capsys, m
                        "--steps", 50, "--optimizer", "sgd:lr=1e30", "--checkpoint", ckpt,
                        "--every", 1, "--log", log, "--save", save)
     assert code == 1
-    assert "error: the loss is nan at step" in err or "error: the loss is inf at step" in err
+    assert re.search(r"error: the (loss|gradient norm) is (nan|inf)", err), err
     assert f"the last checkpoint '{ckpt}' is kept" in err and "--detect-anomaly" in err
-    bad = int(err.split("at step ")[1].split(" ")[0])
+    bad = int(err.split(" at step ")[1].split(" ")[0])
     with np.load(ckpt) as z:
         assert json.loads(str(z["meta"]))["step"] == bad - 1
         assert all(np.isfinite(z[k]).all() for k in z.files if k.startswith("param/"))
@@ -253,6 +253,25 @@ def test_detect_anomaly_names_the_op(tmp_path, capsys):
         f"{prog}:2:17: error: anomaly: 'sqrt' in the forward sweep produced NaN (first at "
         "index (2,)), from finite operands (operands there: -10)",
         "    return mean(sqrt(x @ w))", "                ^"]
+
+
+def test_detect_anomaly_in_the_adjoint(tmp_path, capsys):
+    prog = tmp_path / "p.tdsl"
+    prog.write_text("def f(x: f32[B, 2], param w: f32[2]) -> f32 {\n"
+                    "    return mean(sqrt(x @ w))\n}\n")
+    np.savez(tmp_path / "d.npz", x=np.float32([[1, 1], [0, 0]]))
+    np.savez(tmp_path / "i.npz", w=np.float32([1, 1]))
+    base = ["train", prog, "--data", tmp_path / "d.npz", "--init", tmp_path / "i.npz",
+            "--steps", 1]
+    code, _, err = adc(capsys, *base)                    # sqrt'(0): the loss is finite
+    assert code == 1
+    assert "error: the gradient norm is nan (the loss 0.707107) at step 1 (epoch 1); " \
+           "training stopped before keeping that step." in err
+    code, _, err = adc(capsys, *base, "--detect-anomaly")
+    assert code == 1
+    first = err.splitlines()[0]
+    assert first.startswith(f"{prog}:2:17: error: anomaly: ")
+    assert "in the adjoint sweep produced +Inf (first at index (1,))" in first
 
 
 # ---- mixed precision ------------------------------------------------------------------
