@@ -3,8 +3,7 @@ step of `mixed_precision`) and the forward program that evaluates validation dat
 adjoint, nothing kept for a backward pass).
 
 ``detect_anomaly`` swaps in `adc_runtime.anomaly.AnomalyExecutor` for both; otherwise they
-run on the library's executor, which checks nothing. A step with a remat policy runs on the
-interpreter, which measures the peak of live memory.
+run on the library's executor, which checks nothing.
 """
 from __future__ import annotations
 
@@ -46,11 +45,6 @@ class Prepared:
                           comm=comm, bucket_mb=bucket_mb)
         if detect_anomaly:
             step._runner = anomaly_runner(step.module, step.fn_name, device, donate=True)
-        elif remat and remat != "none" and device == "cpu":
-            # the interpreter counts live bytes (the compiled executor does not): a run
-            # with a memory policy reports the measured peak beside the predicted one
-            from adc_runtime.executor import Executor
-            step._runner = with_executor(step.module, step.fn_name, device, Executor, True)
         return step
 
     def forward(self, name: str, device: str = "cpu", detect_anomaly: bool = False,
