@@ -102,7 +102,7 @@ def test_golden(case: Case):
 
 def test_every_pass_folder_has_cases():
     folders = {c.path.parent.name for c in CASES}
-    assert {"dce", "cse", "inline"} <= folders
+    assert {"canonicalize", "cse", "dce", "inline"} <= folders
 
 
 def test_the_collector_reads_both_kinds_and_rejects_a_malformed_case(tmp_path):
