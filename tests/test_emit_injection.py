@@ -152,3 +152,11 @@ def test_names_that_python_reserves(tmp_path, capsys):
     a, b = np.arange(4.0, dtype=np.float32), np.ones(4, np.float32)
     (value,) = run_emitted(text, fn, [a, b])
     assert value == 6.0
+
+
+def test_dot_strings_hold_no_control_characters(tmp_path, capsys):
+    prog = tmp_path / "evil.ir"
+    prog.write_text(EVIL_IR, encoding="utf-8")
+    text = compile_to(tmp_path, capsys, str(prog), "--mode", "forward", "--emit", "dot")
+    assert not any(c in text for c in "\x00\r\x85\u2028")
+    assert text.startswith('digraph "g\\"\\"\\"\\n__import__(\'os\')\\n" {\n')

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 from ..ir.core import Block, Function, Module, Op, Value
 from ..ops.registry import has_trait
+from .names import comment_text
 
 MAX_ATTR_TEXT = 32  # longer option values are left out of node labels
 
 
 def _quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    """A DOT string: quotes and backslashes escaped, a newline as DOT's ``\\n``, anything
+    else that is not printable (NUL, CR, U+2028, ...) written as its Python escape."""
+    text = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return '"' + comment_text(text) + '"'
 
 
 class _DotEmitter:
