@@ -6,10 +6,15 @@ the source line and a caret.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 # the root of the hierarchy lives in the runtime, so that its RunError is an AdcError too
 from adc_runtime.errors import AdcError, RunError, UnboundDimError  # noqa: F401
+
+# The line breaks of TDSL and IR text: both parsers normalize them to "\n" first, and the
+# renderer splits on the same set, so a form feed or U+2028 never shifts the reported line.
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 @dataclass(frozen=True)
@@ -28,14 +33,33 @@ class ShapeError(AdcError):
     """Raised by op type rules; the caller attaches the location of the op."""
 
 
-def render(err: AdcError, source: str | None = None) -> str:
+def normalize_newlines(text: str) -> str:
+    """`text` with every line break the languages know (``\\r\\n``, ``\\r``) made ``\\n``."""
+    return _LINE_BREAK.sub("\n", text)
+
+
+def source_lines(text: str) -> list[str]:
+    """The lines of `text` as the lexers count them (not `str.splitlines`, which also breaks
+    at form feeds, U+2028 and other characters that are not line breaks here)."""
+    return _LINE_BREAK.split(text)
+
+
+def render(err: AdcError, source: str | None = None, severity: str = "error") -> str:
     """Format `err` as the spec's ``FILE:LINE:COL: error: MESSAGE`` plus source line and caret."""
     if err.loc is None:
-        return f"error: {err.message}"
-    text = f"{err.loc}: error: {err.message}"
+        return f"{severity}: {err.message}"
+    text = f"{err.loc}: {severity}: {err.message}"
     if source is not None:
-        lines = source.splitlines()
+        lines = source_lines(source)
         if 1 <= err.loc.line <= len(lines):
-            line = lines[err.loc.line - 1].replace("\t", " ")
-            text += f"\n{line}\n{' ' * (err.loc.col - 1)}^"
+            line = _printable(lines[err.loc.line - 1])
+            col = min(max(err.loc.col, 1), len(line) + 1)
+            text += f"\n{line}\n{' ' * (col - 1)}^"
     return text
+
+
+def _printable(line: str) -> str:
+    """`line` with each control or separator character shown as one space, so that the
+    caret below it stays in its column (tabs, form feeds, NUL, U+2028, ...)."""
+    return "".join(" " if (c < " " or c == "\x7f" or c in "\x85\u2028\u2029") else c
+                   for c in line)

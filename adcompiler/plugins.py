@@ -18,7 +18,7 @@ import sys
 from types import ModuleType
 from typing import Callable, Iterable, Sequence
 
-from .diagnostics import AdcError
+from .diagnostics import AdcError, ShapeError
 from .ops import registry
 from .ops.registry import OpDef, Option
 
@@ -60,13 +60,59 @@ def register_op(name: str, infer: Callable, *, kernel: Callable | None,
         unregister_op(name)
     elif name in KERNELS and name not in registry.REGISTRY:
         raise ValueError(f"kernel {name!r} is already registered")
-    opdef = registry.register(name, infer, operands=operands, options=options, traits=traits,
-                              vjp=vjp, jvp=jvp, doc=doc, positional=positional, flops=flops,
-                              cuda=cuda, cuda_reduce=cuda_reduce, index_bound=index_bound,
-                              batch=batch)
+    opdef = registry.register(name, _guard_infer(name, infer), operands=operands,
+                              options=options, traits=traits, vjp=_guard_rule(name, vjp, "VJP"),
+                              jvp=_guard_rule(name, jvp, "JVP"), doc=doc, positional=positional,
+                              flops=flops, cuda=cuda, cuda_reduce=cuda_reduce,
+                              index_bound=index_bound, batch=batch)
     if kernel is not None:
-        register_kernel(name, fresh=fresh)(kernel)
+        register_kernel(name, fresh=fresh)(_guard_kernel(name, kernel))
     return opdef
+
+
+# A plugin's callables are user code: an exception in one (or a sys.exit) is reported as an
+# error of the plugin op at the TDSL line that uses it, not as an internal error of adc.
+_USER_FAILURES = (Exception, SystemExit)
+
+
+def _failure(name: str, what: str, e: BaseException) -> str:
+    detail = f"sys.exit({e.code!r})" if isinstance(e, SystemExit) else \
+        f"{type(e).__name__}: {e}"
+    return f"plugin op '{name}': its {what} failed ({detail})"
+
+
+def _guard_infer(name: str, infer: Callable) -> Callable:
+    def guarded(types, attrs):
+        try:
+            return infer(types, attrs)
+        except AdcError:
+            raise
+        except _USER_FAILURES as e:
+            raise ShapeError(_failure(name, "type rule", e)) from e  # the caller adds the loc
+    return guarded
+
+
+def _guard_rule(name: str, rule: Callable | None, what: str) -> Callable | None:
+    if rule is None:
+        return None
+
+    def guarded(b, op, values):
+        try:
+            return rule(b, op, values)
+        except AdcError as e:
+            raise e.with_loc(op.loc)
+        except _USER_FAILURES as e:
+            raise PluginError(_failure(name, f"{what} rule", e), op.loc) from e
+    return guarded
+
+
+def _guard_kernel(name: str, kernel: Callable) -> Callable:
+    def guarded(*args, **kwargs):
+        try:
+            return kernel(*args, **kwargs)
+        except _USER_FAILURES as e:  # the executor reports a ValueError at the op's line
+            raise ValueError(_failure(name, "kernel", e)) from e
+    return guarded
 
 
 def unregister_op(name: str) -> None:
@@ -119,6 +165,9 @@ def load_plugins(names: Iterable[str]) -> list[ModuleType]:
                 raise PluginError(f"plugin '{name}' failed to import: {e}") from e
             except AdcError as e:
                 raise PluginError(f"plugin '{name}': {e.message}") from e
+            except SystemExit as e:
+                raise PluginError(f"plugin '{name}' called sys.exit({e.code!r}) while being "
+                                  "imported") from None
             except Exception as e:
                 raise PluginError(f"plugin '{name}' failed to import "
                                   f"({type(e).__name__}: {e})") from e

@@ -10,6 +10,9 @@ import argparse
 import os
 import sys
 import traceback
+import warnings
+
+import numpy as np
 
 from .anomaly import add_anomaly_argument
 from .commands import cmd_check, cmd_compile, cmd_run, load_or_draw_inputs
@@ -19,7 +22,11 @@ from .remat import add_remat_arguments, add_remat_curve_command
 from .train import add_train_command
 from ..diagnostics import AdcError, render
 from ..ir.gcpause import fewer_collections
+from .argtypes import memory_size, nonneg_float, nonneg_int, plugin_name, positive_float
 
+# the options that name files to write, checked before any work (attribute -> option)
+OUTPUT_OPTIONS = {"out": "--out", "output": "--output", "stats_json": "--stats-json",
+                  "json": "--json"}
 EPILOG = "Run 'adc COMMAND --help' for the options of each command."
 
 
@@ -60,12 +67,15 @@ def _common(p: argparse.ArgumentParser, inputs: bool = True) -> None:
     if inputs:
         p.add_argument("--inputs", metavar="IN", help="input arrays by name: .npz or .json "
                        "(default: seeded random inputs, see --seed)")
-        p.add_argument("--seed", metavar="N", type=int, default=0,
+        p.add_argument("--seed", metavar="N", type=nonneg_int, default=0,
                        help="seed of the random inputs drawn without --inputs (default 0): "
                             "floats ~ N(0, 1); integers in [0, n) where they feed "
                             "cross_entropy labels, take or one_hot (n = the class count), "
                             "else in [0, 2); bools uniform")
-    p.add_argument("--plugin", metavar="MODULE", action="append", default=[],
+    p.add_argument("--max-memory", metavar="SIZE", type=memory_size,
+                   help="refuse, before allocating, inputs and runs predicted to need more "
+                        "than SIZE, e.g. 8GiB (default: 75%% of this machine's memory)")
+    p.add_argument("--plugin", metavar="MODULE", action="append", default=[], type=plugin_name,
                    help="import MODULE (or a .py file) first, to register its ops and "
                         "passes (repeatable)")
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
@@ -141,11 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
                                    "dot-product test <u, J v> = <J^T u, v>. Exit 1 on "
                                    "failure.")
     _common(k)
-    k.add_argument("--eps", type=float, default=1e-6, help="finite-difference step "
+    k.add_argument("--eps", type=positive_float, default=1e-6, help="finite-difference step "
                    "(default 1e-6)")
-    k.add_argument("--rtol", type=float, default=1e-4,
+    k.add_argument("--rtol", type=nonneg_float, default=1e-4,
                    help="largest allowed relative error (default 1e-4)")
-    k.add_argument("--max-points", metavar="N", type=int, default=200,
+    k.add_argument("--max-points", metavar="N", type=nonneg_int, default=200,
                    help="probe at most N seeded random elements of each input (0: all; "
                         "default 200)")
     k.set_defaults(func=cmd_check, parser=k)
@@ -185,11 +195,23 @@ def main(argv: list[str] | None = None) -> int:
     except AdcError as e:
         getattr(args, "parser", parser).error(e.message)  # the command's usage line, exit 2
     debug = args.debug
+    from ..memory.limit import set_limit
+    set_limit(getattr(args, "max_memory", None))
     try:
+        from .output import check_output
+        for attr, option in OUTPUT_OPTIONS.items():
+            check_output(getattr(args, attr, None), option)
         if getattr(args, "plugin", None):
             from ..plugins import load_plugins
             load_plugins(args.plugin)
-        with fewer_collections():  # a command builds large IR: see `ir.gcpause`
+        if args.bind:  # a --bind of a dimension the program does not have is a typo
+            from .compile import load_module
+            from .inputs import check_binds
+            check_binds(list(load_module(args.file).functions.values()), args.bind)
+        with fewer_collections(), warnings.catch_warnings(), np.errstate(all="ignore"):
+            # a command builds large IR: see `ir.gcpause`; NaN and Inf in a run are
+            # reported at the op that produced them (nonfinite), not by NumPy
+            warnings.simplefilter("ignore", RuntimeWarning)
             return args.func(args)
     except AdcError as e:
         print(_render(e), file=sys.stderr)
@@ -202,6 +224,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("adc: interrupted", file=sys.stderr)
         return 130
+    except MemoryError as e:  # a size the prediction did not cover (kernel temporaries)
+        if debug:
+            traceback.print_exc()
+        print(f"error: out of memory{f' ({e})' if str(e) else ''}; the run needs more "
+              "memory than this machine has", file=sys.stderr)
+        return 1
     except Exception as e:
         if debug:
             raise

@@ -10,6 +10,8 @@ from .anomaly import anomaly_executor
 from .forward import FORWARD_MODES, check_forward, compile_forward, run_main
 from .remat import apply_remat, report, write_stats_json
 from ..diagnostics import AdcError
+from ..memory.limit import check_run_fits
+from .nonfinite import warn_nonfinite
 
 
 def _binds(args) -> dict[str, int]:
@@ -135,6 +137,7 @@ def cmd_run(args) -> int:
     binder = DimBinder(_binds(args))
     inputs = load_or_draw_inputs(args, comp.run_fn, binder)
     remat_stats = _remat(args, comp, binder.env)
+    check_run_fits(comp.module, comp.run_name, binder.env)
     if xp is np or args.detect_anomaly:  # anomaly checks run op by op, unfused
         outs, stats = run_function(comp.module, comp.run_name, inputs, xp=xp, dims=binder.env,
                                    executor=anomaly_executor(args.detect_anomaly))
@@ -148,6 +151,8 @@ def cmd_run(args) -> int:
     if xp is not np:
         outs = [xp.asnumpy(o) for o in outs]
     named = list(zip(comp.output_names(), [np.asarray(o) for o in outs]))
+    if xp is np and not args.detect_anomaly:
+        warn_nonfinite(comp.module, comp.run_name, inputs, binder.env, named)
     print(summary(named))
     arena = stats.get("arena_bytes")
     print(f"\npeak live memory: {stats['peak_bytes']:,} bytes" +
@@ -178,6 +183,7 @@ def cmd_check(args) -> int:
     fwd = compile_program(args.file, "forward", rev.primal.name, dtype="f64")
     binder = DimBinder(_binds(args))
     inputs = load_or_draw_inputs(args, rev.run_fn, binder)
+    check_run_fits(rev.module, rev.run_name, binder.env)
     rows = check_gradients(rev, fwd, inputs, binder.env, args.eps, args.rtol,
                            args.max_points, args.seed)
     try:

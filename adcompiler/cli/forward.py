@@ -24,6 +24,8 @@ from .compile import (DEFAULT_PASSES, DERIVATIVE_PREP, Compiled, prepare_module,
                           resolve_wrt)
 from ..diagnostics import AdcError
 from ..ir.core import Block, Function
+from ..memory.limit import check_run_fits
+from .nonfinite import warn_nonfinite
 
 FORWARD_MODES = ("jvp", "hvp")
 
@@ -149,10 +151,12 @@ def run_main(args, inputs_for=None) -> int:
     if not t_path:
         print(f"adc: no --tangents given: using random tangents (seed "
               f"{getattr(args, 'seed', 0)}) for {', '.join(comp.wrt)}", file=sys.stderr)
+    check_run_fits(comp.module, comp.run_name, binder.env)
     outs, stats = run_function(comp.module, comp.run_name, {**inputs, **tangents},
                                dims=binder.env, executor=anomaly_executor(
                                    getattr(args, "detect_anomaly", False)))
     named = list(zip(comp.output_names(), [np.asarray(o) for o in outs]))
+    warn_nonfinite(comp.module, comp.run_name, {**inputs, **tangents}, binder.env, named)
     print(summary(named))
     print(f"\npeak live memory: {stats['peak_bytes']:,} bytes")
     if getattr(args, "out", None):
@@ -191,6 +195,7 @@ def jacobian_main(args, inputs_for=None) -> int:
         print(f"adc: {n}", file=sys.stderr)
     binder = DimBinder(getattr(args, "bind", None) or {})
     inputs = _inputs(args, comp.run_fn, binder, inputs_for)
+    check_run_fits(comp.module, comp.run_name, binder.env)
     mode = getattr(args, "jacobian_mode", "auto")
     jac = jacobian(comp.module, comp.run_name, inputs, wrt, dims=binder.env,
                    mode=None if mode == "auto" else mode)

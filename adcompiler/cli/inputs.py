@@ -8,7 +8,6 @@ integer inputs.
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import Mapping
 
@@ -25,37 +24,27 @@ DEFAULT_DIM = 4          # size of a symbolic dimension nothing binds, in a rand
 
 
 def load_data(path: str) -> dict[str, tuple[np.ndarray, bool]]:
-    """The arrays in `path` (.npz or .json) by name, each with a flag "came from JSON"."""
-    if not os.path.exists(path):
-        raise AdcError(f"inputs file '{path}' does not exist")
+    """The arrays in `path` (.npz or .json) by name, each with a flag "came from JSON"
+    (`datafiles` says what is refused)."""
+    if not path.endswith((".json", ".npz")):
+        raise AdcError(f"inputs file '{path}' must end in .npz or .json")
+    from ..datafiles import read_json_arrays, read_npz
+    raw = _read_bytes(path, "inputs file")
     if path.endswith(".json"):
-        try:
-            with open(path, encoding="utf-8") as f:
-                obj = json.load(f)
-        except json.JSONDecodeError as e:
-            raise AdcError(f"invalid JSON: {e.msg}", Loc(path, e.lineno, e.colno)) from None
-        except UnicodeDecodeError:
-            raise AdcError(f"inputs file '{path}' is not UTF-8 text") from None
-        if not isinstance(obj, dict):
-            raise AdcError(f"{path}: expected a JSON object mapping input names to arrays")
-        out = {}
-        for name, value in obj.items():
-            try:
-                arr = np.array(value)
-            except ValueError:
-                raise AdcError(f"{path}: input '{name}' is not a rectangular array") from None
-            if arr.dtype == object or arr.dtype.kind not in "biuf":
-                raise AdcError(f"{path}: input '{name}' must be a number or nested lists of "
-                               "numbers")
-            out[name] = (arr, True)
-        return out
-    if path.endswith(".npz"):
-        try:
-            with np.load(path, allow_pickle=False) as data:
-                return {k: (data[k], False) for k in data.files}
-        except (OSError, ValueError) as e:
-            raise AdcError(f"cannot read '{path}' as .npz: {e}") from None
-    raise AdcError(f"inputs file '{path}' must end in .npz or .json")
+        return {k: (v, True) for k, v in read_json_arrays(raw, path).items()}
+    return {k: (v, False) for k, v in read_npz(raw, path).items()}
+
+
+def _read_bytes(path: str, what: str) -> bytes:
+    if not os.path.exists(path):
+        raise AdcError(f"{what} '{path}' does not exist")
+    if os.path.isdir(path):
+        raise AdcError(f"{what} '{path}' is a directory, not a file")
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise AdcError(f"cannot read {what} '{path}': {e.strerror}") from None
 
 
 def _convert(name: str, arr: np.ndarray, from_json: bool, t: TensorType, path: str):
@@ -132,6 +121,16 @@ def function_symbols(fn: Function) -> list[str]:
     return list(seen)
 
 
+def check_binds(fns: list[Function], bound: Mapping[str, int]) -> None:
+    """Every ``--bind`` names a symbolic dimension of `fns` (a typo is not ignored)."""
+    known = {s for fn in fns for s in function_symbols(fn)}
+    for sym in bound:
+        if sym not in known:
+            names = ", ".join(sorted(known)) or "none"
+            raise AdcError(f"--bind {sym}={bound[sym]}: the program has no symbolic "
+                           f"dimension '{sym}' (its dimensions: {names})")
+
+
 def require_bound(fn: Function, binder: DimBinder) -> None:
     for sym in function_symbols(fn):
         if sym not in binder.env:
@@ -156,6 +155,8 @@ def random_inputs(fn: Function, binder: DimBinder, seed: int) -> tuple[dict, lis
         if sym not in binder.env:
             binder.bind(sym, DEFAULT_DIM, "the default")
             notes.append(f"{sym}={DEFAULT_DIM}")
+    from ..memory.limit import check_arrays_fit
+    check_arrays_fit([a.type for a in fn.args], binder.env, "the random inputs")
     rng = np.random.default_rng(seed)
     high = index_bounds(fn, binder.env)
     out = {}

@@ -152,9 +152,28 @@ def _signals_clean_up(path: str):
             signal.signal(sig, old)
 
 
+def check_output(path: str | None, option: str) -> None:
+    """Refuse an output path that cannot be written before the work that fills it: a
+    directory, or a file in a folder that does not exist."""
+    if not path:
+        return
+    if os.path.isdir(path):
+        raise AdcError(f"{option}: cannot write '{path}': it is a directory")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise AdcError(f"{option}: cannot write '{path}': folder '{folder}' does not exist")
+
+
+def _save(path: str, write: Callable[[IO[bytes]], None]) -> None:
+    try:
+        write_atomic(path, write)
+    except OSError as e:  # a full device, a folder without write permission, ...
+        raise AdcError(f"cannot write '{path}': {e.strerror or e}") from None
+
+
 def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
-    write_atomic(path, lambda f: np.savez(f, **arrays))
+    _save(path, lambda f: np.savez(f, **arrays))
 
 
 def save_text(path: str, text: str) -> None:
-    write_atomic(path, lambda f: f.write(text.encode("utf-8")))
+    _save(path, lambda f: f.write(text.encode("utf-8")))

@@ -85,7 +85,9 @@ def add_remat_curve_command(subparsers, common) -> None:
                               "store-all: predicted and measured peak, recompute fraction")
     common(p)
     p.add_argument("-o", "--output", metavar="PLOT", help="draw the curve (needs matplotlib)")
-    p.add_argument("--points", metavar="N", type=int, default=8, help="budgets (default 8)")
+    from .argtypes import positive_int
+    p.add_argument("--points", metavar="N", type=positive_int, default=8,
+                   help="budgets (default 8)")
     p.add_argument("--json", metavar="FILE", help="write the rows as JSON")
     p.set_defaults(func=remat_curve_main)
 
@@ -96,6 +98,7 @@ def remat_curve_main(args, inputs_for=None) -> int:
     from .compile import compile_program
     from .inputs import DimBinder, check_inputs, load_data, random_inputs
     from ..remat.curve import baseline_rows, format_curve, plot_curve, remat_curve
+    from ..memory.limit import check_run_fits
     comp = compile_program(args.file, "reverse", args.fn, args.wrt,
                            bind=getattr(args, "bind", None) or None)
     binder = DimBinder(getattr(args, "bind", None) or {})
@@ -105,6 +108,7 @@ def remat_curve_main(args, inputs_for=None) -> int:
         inputs = check_inputs(comp.run_fn, load_data(args.inputs), args.inputs, binder)
     else:
         inputs, _ = random_inputs(comp.run_fn, binder, getattr(args, "seed", 0))
+    check_run_fits(comp.module, comp.run_name, binder.env)
     rows = remat_curve(comp.module, comp.run_name, binder.env, inputs, points=args.points)
     base = baseline_rows(comp.module, comp.run_name, binder.env, inputs)
     print(format_curve(rows, base))

@@ -13,7 +13,7 @@ import lark
 from lark import Token
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
-from ..diagnostics import AdcError, Loc
+from ..diagnostics import AdcError, Loc, normalize_newlines
 from . import ast
 from .ast_builder import AstBuilder, TreeError
 
@@ -55,7 +55,7 @@ def _get_parser() -> lark.Lark:
 def parse(text: str, filename: str = "<input>") -> ast.Module:
     """Parse TDSL source into a syntax tree; every error is an `AdcError` with a `Loc`."""
     parser = _get_parser()
-    text = text.replace("\r\n", "\n").replace("\r", "\n")  # lines as str.splitlines counts
+    text = normalize_newlines(text)  # lines as the error renderer counts them
     try:
         return parser.parse(text)
     except UnexpectedInput as e:

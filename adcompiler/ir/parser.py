@@ -14,7 +14,7 @@ from importlib import resources
 from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
-from ..diagnostics import AdcError, Loc
+from ..diagnostics import AdcError, Loc, normalize_newlines
 from .core import Block, Function, Module, Op, Value
 from .gcpause import fewer_collections
 from .types import TensorType, parse_dim
@@ -43,6 +43,7 @@ def parse_module(text: str, filename: str = "<ir>") -> Module:
 
 
 def _parse_module(text: str, filename: str) -> Module:
+    text = normalize_newlines(text)  # lines as the error renderer counts them
     try:
         tree = _lark().parse(text)
     except UnexpectedInput as e:
@@ -204,7 +205,12 @@ class _Reader:
         if tree is None:
             return None
         file, line, col = tree.children
-        return Loc(self.string(file), int(line), int(col))
+        return Loc(self.string(file), self.integer(line), self.integer(col))
+
+    def integer(self, token: Token) -> int:
+        if len(token.value.lstrip("-")) > MAX_INT_DIGITS:
+            raise self.error(f"integer with {len(token.value)} digits is too large", token)
+        return int(token.value)
 
     # -- attributes --------------------------------------------------------------------
     def attr_dict(self, tree: Tree) -> dict:
@@ -216,26 +222,30 @@ class _Reader:
             key = self.string(key_tok) if key_tok.type == "STRING" else key_tok.value
             if key in out:
                 raise self.error(f"attribute '{key}' is given twice", key_tok)
-            out[key] = self.value(value)
+            out[key] = self.value(value, key_tok)
         return out
 
-    def value(self, v: Tree):
+    def value(self, v: Tree, key: Token, depth: int = 0):
+        if depth > MAX_ATTR_DEPTH:
+            raise self.error(f"attribute '{key.value}' is nested more than {MAX_ATTR_DEPTH} "
+                             "levels deep", key)
         items = [c for c in v.children if c is not None]
         kind = v.data
         if kind in _SCALARS:
             return _SCALARS[kind]
         if kind == "int":
-            return int(items[0])
+            return self.integer(items[0])
         if kind == "float":
             return float(items[0])
         if kind == "string":
             return self.string(items[0])
         if kind == "list":
-            return [self.value(c) for c in items]
+            return [self.value(c, key, depth + 1) for c in items]
         if kind == "tuple":
-            return tuple(self.value(c) for c in items)
+            return tuple(self.value(c, key, depth + 1) for c in items)
         assert kind == "dict", kind
-        return {self.string(e.children[0]): self.value(e.children[1]) for e in items}
+        return {self.string(e.children[0]): self.value(e.children[1], key, depth + 1)
+                for e in items}
 
     def string(self, token: Token, text: str | None = None) -> str:
         """The value of a quoted string (JSON escapes); `text` if only part of `token`."""
@@ -246,6 +256,8 @@ class _Reader:
 
 
 _SCALARS = {"true": True, "false": False, "none": None}
+MAX_INT_DIGITS = 400   # as the TDSL frontend: more is a typo or an attack, not a size
+MAX_ATTR_DEPTH = 64    # attribute values are shapes and index lists, a few levels deep
 
 
 def _child(tree: Tree, data: str) -> Tree | None:

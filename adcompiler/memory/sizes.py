@@ -22,12 +22,15 @@ def parse_size(text: str | int) -> int:
     unit = m.group(2).lower() if m else None
     if m is None or unit not in _UNITS:
         raise AdcError(f"bad memory size '{text}' (examples: 4096, 512KiB, 64MiB, 1.5GB)")
-    return int(float(m.group(1)) * _UNITS[unit])
+    value = float(m.group(1)) * _UNITS[unit]
+    if not math.isfinite(value):
+        raise AdcError(f"memory size '{text}' is too large")
+    return int(value)
 
 
 def format_bytes(n: int) -> str:
     """A short human reading of a byte count (binary units)."""
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+    for unit, size in (("EiB", 2**60), ("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(n) >= size:
             return f"{n / size:.2f} {unit}"
     return f"{n} B"

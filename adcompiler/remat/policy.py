@@ -37,7 +37,10 @@ def parse_policy(text: str) -> Policy:
     if kind == "budget":
         if not arg:
             raise AdcError(f"remat policy '{text}': budget:SIZE needs a size, e.g. budget:64MiB")
-        return Policy(kind, budget=parse_size(arg))
+        budget = parse_size(arg)
+        if budget < 1:  # 0 would read as "no budget" downstream; no program fits in it
+            raise AdcError(f"remat policy '{text}': the budget must be at least 1 byte")
+        return Policy(kind, budget=budget)
     if arg:
         raise AdcError(f"remat policy '{kind}' takes no argument, got '{text}'")
     return Policy(kind)
