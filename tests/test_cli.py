@@ -297,6 +297,7 @@ def test_out_into_a_missing_folder(capsys, tmp_path):
 
 def test_save_npz_failure_leaves_no_temporary(tmp_path, monkeypatch):
     from adcompiler.cli import output as cli_output
+    from adcompiler.diagnostics import AdcError
 
     def boom(f, **arrays):
         f.write(b"partial")
