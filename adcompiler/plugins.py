@@ -168,6 +168,11 @@ def load_plugins(names: Iterable[str]) -> list[ModuleType]:
             except SystemExit as e:
                 raise PluginError(f"plugin '{name}' called sys.exit({e.code!r}) while being "
                                   "imported") from None
+            except KeyboardInterrupt:
+                raise
+            except BaseException as e:  # noqa: B036  (user code may raise anything)
+                raise PluginError(f"plugin '{name}' failed to import "
+                                  f"({type(e).__name__}: {e})") from None
             except Exception as e:
                 raise PluginError(f"plugin '{name}' failed to import "
                                   f"({type(e).__name__}: {e})") from e

@@ -125,10 +125,45 @@ class Mutator:
         n = rng.choice([10, 70, 1000, 50000])  # attribute nesting: refused beyond 64
         return re.sub(r" : ", " {a = " + "[" * n + "1" + "]" * n + "} : ", text, count=1)
 
+    def data(self) -> str:
+        """A sample's input file, mutated: "PROGRAM\0JSON TEXT" (or an .npz's bytes in
+        latin-1 when the JSON part starts with "PK")."""
+        rng = self.rng
+        prog = rng.choice([p for p in SOURCES if p.with_suffix(".json").exists()])
+        text = prog.with_suffix(".json").read_text()
+        r = rng.random()
+        if r < 0.4:
+            text = self.token_edits(text, tokens(text) + HUGE + ["NaN", "Infinity", "[", "]",
+                                                                 "{", "}", '"x"', ":", ",",
+                                                                 "null", "true", "1e999"])
+        elif r < 0.6:
+            text = self.char_edits(text)
+        elif r < 0.8:  # an .npz made from the JSON, then damaged
+            import io
+            import json
+            import numpy as np
+            b = io.BytesIO()
+            np.savez(b, **{k: np.asarray(v) for k, v in json.loads(text).items()})
+            raw = bytearray(b.getvalue())
+            for _ in range(rng.randint(1, 4)):
+                k = rng.randrange(len(raw))
+                if rng.random() < 0.3:
+                    del raw[k:]
+                else:
+                    raw[k] = rng.randrange(256)
+            text = raw.decode("latin-1")
+        else:
+            n = rng.choice([70, 5000, 100000])
+            text = text.replace("[", "[" * n, 1).replace("]", "]" * n, 1) \
+                if rng.random() < 0.5 else text.replace("1", "1" + "0" * n, 1)
+        return f"{prog}\0{text}"
+
     def next_case(self) -> tuple[str, str]:
         rng = self.rng
         if self.ir and rng.random() < 0.15:
             return "ir", self.ir_edits(rng.choice(self.ir))
+        if rng.random() < 0.1:
+            return "data", self.data()
         r = rng.random()
         base = rng.choice(self.texts)
         if r < 0.45:

@@ -11,7 +11,6 @@ import contextlib
 import io
 import re
 import signal
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,10 +115,19 @@ def _roundtrip_problem(out: str) -> str | None:
 def check(rng, kind: str, text: str, work: Path, limit: float = 10.0) -> tuple[str, Failure | None]:
     """Run `text` through one random command; returns (outcome, failure or None). Outcomes:
     ``ok``, ``error`` (exit 1), ``usage`` (exit 2), ``slow``, or the failed oracle."""
-    path = str(work / ("m.ir" if kind == "ir" else "m.tdsl"))
-    Path(path).write_bytes(text.encode("utf-8", errors="surrogatepass"))
-    argv = commands(rng, path, kind, str(work))
-    start = time.perf_counter()
+    if kind == "data":  # a sample program run on a damaged input file
+        prog, data = text.split("\0", 1)
+        suffix = ".npz" if data.startswith("PK") else ".json"
+        path = str(work / f"in{suffix}")
+        Path(path).write_bytes(data.encode("latin-1" if suffix == ".npz" else "utf-8",
+                                           errors="surrogatepass"))
+        argv = ["run", prog, "--inputs", path, "--max-memory", MEMORY,
+                "--mode", rng.choice(MODES)]
+        text = data
+    else:
+        path = str(work / ("m.ir" if kind == "ir" else "m.tdsl"))
+        Path(path).write_bytes(text.encode("utf-8", errors="surrogatepass"))
+        argv = commands(rng, path, kind, str(work))
     rc, out, err = _run(argv, limit)
     if rc == "timeout":
         if LARGE_LOOP.search(text) and argv[0] != "compile":
@@ -141,5 +149,4 @@ def check(rng, kind: str, text: str, work: Path, limit: float = 10.0) -> tuple[s
             problem = ("roundtrip", why)
     if problem:
         return problem[0], Failure(problem[0], argv, text, problem[1])
-    del start
     return {0: "ok", 1: "error", 2: "usage"}[rc], None
