@@ -164,16 +164,9 @@ def check_output(path: str | None, option: str) -> None:
         raise AdcError(f"{option}: cannot write '{path}': folder '{folder}' does not exist")
 
 
-def _save(path: str, write: Callable[[IO[bytes]], None]) -> None:
-    try:
-        write_atomic(path, write)
-    except OSError as e:  # a full device, a folder without write permission, ...
-        raise AdcError(f"cannot write '{path}': {e.strerror or e}") from None
-
-
 def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
-    _save(path, lambda f: np.savez(f, **arrays))
+    write_atomic(path, lambda f: np.savez(f, **arrays))
 
 
 def save_text(path: str, text: str) -> None:
-    _save(path, lambda f: f.write(text.encode("utf-8")))
+    write_atomic(path, lambda f: f.write(text.encode("utf-8")))
