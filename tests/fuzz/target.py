@@ -20,6 +20,8 @@ from adcompiler.diagnostics import source_lines
 MEMORY = "32MiB"   # --max-memory of every run: sizes beyond it are refused, not allocated
 MODES = ["forward", "reverse", "jvp", "hvp"]
 REMAT = ["none", "none", "sqrt", "revolve:2", "budget:4KiB", "min-memory"]
+PIPELINES = ["inline,cse,dce", "inline,canonicalize", "dce", "inline,fuse", "reverse{wrt=x}",
+             "inline,scan-inputs,reverse{wrt=x},dce", "cse{", "nope", "", ",,"]
 LARGE_LOOP = re.compile(r"range\(\s*\d{5,}|\d{6,}")
 
 
@@ -38,14 +40,21 @@ class Failure:
 def commands(rng, path: str, kind: str, out_dir: str) -> list[str]:
     """One random command line for the input at `path`."""
     r = rng.random()
+    extra = []
+    if rng.random() < 0.1:
+        extra += rng.choice([["--wrt", rng.choice(["x", "W", "W1,b1", "xs", "q"])],
+                             ["--fn", rng.choice(["f", "mlp", "rnn", "ffn", "g"])],
+                             ["--dtype", rng.choice(["f16", "f32", "f64"])]])
     if r < 0.5:
         mode = rng.choice(MODES)
         argv = ["compile", path, "--mode", mode, "--emit",
-                rng.choice(["ir", "ir", "python", "dot", "cuda"])]
+                rng.choice(["ir", "ir", "python", "dot", "cuda"]), *extra]
         if mode == "reverse" and rng.random() < 0.3:
             argv += ["--remat", rng.choice(REMAT)]
+        if rng.random() < 0.05:
+            argv += ["--pipeline", rng.choice(PIPELINES)]
         return argv
-    argv = ["--max-memory", MEMORY]
+    argv = ["--max-memory", MEMORY, *extra]
     if rng.random() < 0.3:
         argv += ["--bind", f"{rng.choice('BTN')}={rng.choice([0, 1, 2, 3])}"]
     if r < 0.85:
@@ -56,9 +65,17 @@ def commands(rng, path: str, kind: str, out_dir: str) -> list[str]:
         if rng.random() < 0.2:
             argv += ["--out", f"{out_dir}/out.npz", "--dtype", rng.choice(["f16", "f64"])]
         return argv
-    if r < 0.93:
-        return ["check", path, "--max-points", "2", *argv]
+    if r < 0.98 and "--dtype" not in extra:  # check runs in f64 and says so
+        return ["check", path, "--max-points", "2", *argv] if r < 0.92 else \
+            ["remat-curve", path, "--points", "2", *argv]
     return ["jacobian", path, *argv]
+
+
+# the limits of one input: `limit` seconds of CPU time (a shared machine slows the wall
+# clock, not the work), and WALL_FACTOR times that of wall-clock time (a command that waits)
+WALL_FACTOR = 10
+_TIMERS = ((signal.ITIMER_PROF, signal.SIGPROF, 1), (signal.ITIMER_REAL, signal.SIGALRM,
+                                                     WALL_FACTOR))
 
 
 def _run(argv: list[str], limit: float) -> tuple[int | str, str, str]:
@@ -66,8 +83,9 @@ def _run(argv: list[str], limit: float) -> tuple[int | str, str, str]:
 
     def alarm(*_):
         raise _Timeout()
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.setitimer(signal.ITIMER_REAL, limit)
+    old = [signal.signal(sig, alarm) for _, sig, _ in _TIMERS]
+    for timer, _, factor in _TIMERS:
+        signal.setitimer(timer, limit * factor)
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
@@ -77,8 +95,9 @@ def _run(argv: list[str], limit: float) -> tuple[int | str, str, str]:
     except _Timeout:
         rc = "timeout"
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+        for (timer, sig, _), handler in zip(_TIMERS, old):
+            signal.setitimer(timer, 0)
+            signal.signal(sig, handler)
     return rc, out.getvalue(), err.getvalue()
 
 
@@ -132,7 +151,8 @@ def check(rng, kind: str, text: str, work: Path, limit: float = 10.0) -> tuple[s
     if rc == "timeout":
         if LARGE_LOOP.search(text) and argv[0] != "compile":
             return "slow", None
-        return "hang", Failure("hang", argv, text, f"no answer in {limit:g} s")
+        return "hang", Failure("hang", argv, text, f"no answer within {limit:g} s of CPU "
+                                                   f"time or {limit * WALL_FACTOR:g} s")
     problem = None
     if rc not in (0, 1, 2):
         problem = ("internal", err[-2000:])
