@@ -39,11 +39,13 @@ def ir_texts() -> list[str]:
 
 
 def fuzz(count: int, seed: int, limit: float = 10.0, failures: Path | None = None,
-         progress: bool = False) -> tuple[Counter, list]:
-    """Run `count` inputs from `seed`; returns (outcome counts, failures)."""
+         progress: bool = False, sizes: tuple[int, ...] = (10, 50, 100, 300)
+         ) -> tuple[Counter, list]:
+    """Run `count` inputs from `seed`, nesting constructs to the given `sizes`; returns
+    (outcome counts, failures)."""
     import numpy as np
     np.seterr(all="ignore")
-    mutator = Mutator(seed, ir_texts())
+    mutator = Mutator(seed, ir_texts(), sizes)
     rng = random.Random(seed + 1)
     counts: Counter = Counter()
     found = []
@@ -79,9 +81,13 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--limit", type=float, default=10.0, help="seconds per input")
     p.add_argument("--failures", type=Path, help="folder for the failing inputs")
+    p.add_argument("--sizes", default="10,50,100,300,1000,3000",
+                   help="how deep or long the nesting strategy makes each construct")
     args = p.parse_args(argv)
     start = time.time()
-    counts, found = fuzz(args.count, args.seed, args.limit, args.failures, progress=True)
+    sizes = tuple(int(s) for s in args.sizes.split(","))
+    counts, found = fuzz(args.count, args.seed, args.limit, args.failures, progress=True,
+                         sizes=sizes)
     print(f"fuzz: {args.count:,} inputs in {time.time() - start:.0f} s, seed {args.seed}: "
           f"{dict(sorted(counts.items()))}; failures: {len(found)}")
     return 1 if found else 0
