@@ -315,3 +315,16 @@ def test_nan_in_inputs_is_named(tmp_path, capsys):
     rc, err = adc(["run", prog, "--inputs", tmp_path / "in.npz"], capsys)
     assert rc == 0 and "warning: result 'out' is not finite: anomaly: input 'x' of " \
         "'f_grad' holds NaN" in err
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
+def test_endless_program_file_refused_at_the_limit(capsys):
+    rc, err = adc(["run", "/dev/zero", "--max-memory", "4MiB"], capsys)
+    assert rc == 1 and "reading '/dev/zero' (read so far) would need" in err
+
+
+def test_inputs_file_larger_than_the_limit(tmp_path, capsys):
+    path = tmp_path / "in.json"
+    path.write_text('{"x": [' + "0.5, " * 200000 + "1]}")
+    rc, err = adc(["run", TINY, "--inputs", path, "--max-memory", "100KiB"], capsys)
+    assert rc == 1 and f"reading inputs file '{path}' would need" in err

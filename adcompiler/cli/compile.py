@@ -55,9 +55,10 @@ def read_source(path: str) -> str | None:
 
 def load_module(path: str) -> Module:
     """Parse `path`: IR text for ``.ir``/``.adcir`` files, TDSL otherwise."""
+    from ..memory.limit import read_within_limit
     try:
         with open(path, "rb") as f:
-            raw = f.read()
+            raw = read_within_limit(f, f"reading '{path}'")
     except FileNotFoundError:
         raise AdcError(f"no such file: '{path}'") from None
     except OSError as e:

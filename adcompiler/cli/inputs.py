@@ -40,9 +40,10 @@ def _read_bytes(path: str, what: str) -> bytes:
         raise AdcError(f"{what} '{path}' does not exist")
     if os.path.isdir(path):
         raise AdcError(f"{what} '{path}' is a directory, not a file")
+    from ..memory.limit import read_within_limit
     try:
         with open(path, "rb") as f:
-            return f.read()
+            return read_within_limit(f, f"reading {what} '{path}'")
     except OSError as e:
         raise AdcError(f"cannot read {what} '{path}': {e.strerror}") from None
 

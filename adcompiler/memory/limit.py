@@ -74,3 +74,22 @@ def check_arrays_fit(types, dims, what: str) -> None:
     """Refuse arrays of `types` (e.g. random inputs about to be drawn) above the limit."""
     from .sizes import type_bytes
     check_fits(sum(type_bytes(t, dims) for t in types), what)
+
+
+def read_within_limit(f, what: str) -> bytes:
+    """All of binary file `f`, refused (by its size, or once past the limit for a stream
+    such as a pipe or /dev/zero) when it exceeds the memory limit."""
+    try:
+        size = os.fstat(f.fileno()).st_size
+    except (OSError, AttributeError, ValueError):
+        size = 0
+    check_fits(size, what)
+    limit, chunks, total = current_limit(), [], 0
+    while True:
+        chunk = f.read(1 << 20)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > limit:
+            check_fits(total, what + " (read so far)")
