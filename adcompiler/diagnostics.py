@@ -46,9 +46,10 @@ def source_lines(text: str) -> list[str]:
 
 def render(err: AdcError, source: str | None = None, severity: str = "error") -> str:
     """Format `err` as the spec's ``FILE:LINE:COL: error: MESSAGE`` plus source line and caret."""
+    message = err.message.translate(_ESCAPES)  # one line, whatever text the message quotes
     if err.loc is None:
-        return f"{severity}: {err.message}"
-    text = f"{err.loc}: {severity}: {err.message}"
+        return f"{severity}: {message}"
+    text = f"{err.loc}: {severity}: {message}"
     if source is not None:
         lines = source_lines(source)
         if 1 <= err.loc.line <= len(lines):
@@ -56,6 +57,11 @@ def render(err: AdcError, source: str | None = None, severity: str = "error") ->
             col = min(max(err.loc.col, 1), len(line) + 1)
             text += f"\n{line}\n{' ' * (col - 1)}^"
     return text
+
+
+# control and line-separating characters, shown escaped in messages (as repr() shows them)
+_ESCAPES = {c: repr(chr(c))[1:-1] for c in [*range(32), 0x7f, 0x85, 0x2028, 0x2029]
+            if chr(c) != "\t"}
 
 
 def _printable(line: str) -> str:

@@ -328,3 +328,28 @@ def test_inputs_file_larger_than_the_limit(tmp_path, capsys):
     path.write_text('{"x": [' + "0.5, " * 200000 + "1]}")
     rc, err = adc(["run", TINY, "--inputs", path, "--max-memory", "100KiB"], capsys)
     assert rc == 1 and f"reading inputs file '{path}' would need" in err
+
+
+def test_message_quoting_a_newline_stays_on_one_line(tmp_path, capsys):
+    path = write(tmp_path / "in.json", '{"a\\nb": [1], "a\\nb": [2]}')
+    rc, err = adc(["run", TINY, "--inputs", path], capsys)
+    assert rc == 1 and err == f"error: {path}: duplicate key 'a\\nb'\n"
+
+
+@pytest.mark.parametrize("policy", ["sqrt", "revolve:2", "budget:4KiB", "min-memory"])
+def test_remat_of_a_second_order_program(policy, tmp_path, capsys):
+    """`adc run` of an adjoint program's IR differentiates it again: its reverse loops
+    read the same forward loop, which remat rewrites once; results as with no remat."""
+    ir = tmp_path / "rnn_grad.ir"
+    assert main(["compile", str(SAMPLES / "rnn.tdsl"), "--mode", "reverse", "-o", str(ir)]) == 0
+    got = {}
+    for p in ("none", policy):
+        out = tmp_path / f"{p.replace(':', '_')}.npz"
+        rc, err = adc(["run", ir, "--inputs", SAMPLES / "rnn.json", "--remat", p,
+                       "--out", out], capsys)
+        assert rc == 0, err
+        with np.load(out) as z:
+            got[p] = {k: z[k] for k in z.files}
+    assert got["none"].keys() == got[policy].keys() and len(got["none"]) > 2
+    for k, v in got["none"].items():
+        np.testing.assert_array_equal(got[policy][k], v, err_msg=k)

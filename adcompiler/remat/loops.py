@@ -46,16 +46,19 @@ class Rewrite:
 
 
 def find_loop_pairs(fn: Function) -> list[LoopPair]:
-    """The (forward, reverse) loop pairs of `fn`'s top-level block with a static trip count."""
+    """The (forward, reverse) loop pairs of `fn`'s top-level block with a static trip count.
+    A forward loop pairs with one reverse loop at most: in a second-order program several
+    reverse loops may read its stacks, and rewriting it for the first removes it."""
     table = uses(fn.body)
-    pairs = []
+    pairs, paired = [], set()
     for rev in fn.body.ops:
         if not has_trait(rev, "loop") or not rev.attrs["reverse"]:
             continue
         xs = rev.operands[rev.attrs["n_carry"]:]
         fwd = next((v.owner for v in xs if isinstance(v.owner, Op) and has_trait(v.owner, "loop")
                     and not v.owner.attrs["reverse"] and v.owner.parent is fn.body), None)
-        if fwd is None or fwd.attrs["n"] != rev.attrs["n"] or not isinstance(fwd.attrs["n"], int):
+        if fwd is None or fwd.attrs["n"] != rev.attrs["n"] or not isinstance(fwd.attrs["n"], int) \
+                or fwd in paired:
             continue
         nc = fwd.attrs["n_carry"]
         residual, primal = [], []
@@ -65,6 +68,7 @@ def find_loop_pairs(fn: Function) -> list[LoopPair]:
             (residual if only_rev else primal).append(k)
         if residual:
             pairs.append(LoopPair(fwd, rev, fwd.attrs["n"], residual, primal))
+            paired.add(fwd)
     return pairs
 
 
