@@ -271,13 +271,14 @@ def test_loop_tape_beyond_memory_refused_before_running(tmp_path, capsys):
     assert "29.10 TiB" in err, err
 
 
-def test_max_memory_small_refuses_a_sample_and_large_allows_it(capsys):
-    rc, err = adc(["run", TINY, "--max-memory", "40"], capsys)
-    assert rc == 1 and "the random inputs would need 48 B" in err
-    rc, err = adc(["run", TINY, "--max-memory", "50"], capsys)
-    assert rc == 1 and "running 'backprop_tiny_grad' (predicted peak" in err
-    assert "would need 56 B" in err
-    assert adc(["run", TINY, "--max-memory", "1KiB"], capsys)[0] == 0
+def test_max_memory_refuses_inputs_then_the_run_then_allows_it(tmp_path, capsys):
+    prog = _prog(tmp_path, "def f(param x: f64[1000]) -> f64 {\n    return sum(x)\n}\n")
+    rc, err = adc(["run", prog, "--max-memory", "4000"], capsys)
+    assert rc == 1 and "the random inputs would need 7.81 KiB (8,000 bytes)" in err
+    rc, err = adc(["run", prog, "--max-memory", "8010"], capsys)
+    assert rc == 1 and "running 'f_grad' (predicted peak live memory" in err
+    assert "(8,016 bytes)" in err, err
+    assert adc(["run", prog, "--max-memory", "8016"], capsys)[0] == 0  # exactly enough
 
 
 # ---- diagnostics -----------------------------------------------------------------------
