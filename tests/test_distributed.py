@@ -397,3 +397,58 @@ def test_nccl_communicator_on_a_stand_in_trains_as_one_process(monkeypatch):
         for k in want:
             np.testing.assert_allclose(got[r][k], want[k], rtol=1e-12, atol=1e-14)
     assert {stream for _, _, stream in log} and len(log) == 2 * 4 * 3   # 3 buckets a step
+
+
+class ThreadComm:
+    """`size` threads of one process averaging their buffers: a reference communicator."""
+
+    def __init__(self, shared, rank: int, size: int):
+        self.shared, self.rank, self.size = shared, rank, size
+
+    def start(self, buf):
+        barrier, deposits = self.shared
+        deposits[self.rank] = buf.copy()
+        barrier.wait()
+        total = sum(deposits[r] for r in range(self.size))
+        barrier.wait()
+        buf[...] = total
+
+    def wait(self, buf):
+        pass
+
+
+EDGE = """
+def f(x: f64[B, 3], param s: f64, param W: f64[1, 3], param E: f64[0, 2]) -> f64 {
+    return mean(sum((x * W) ** 2, axis=1) * tanh(s)) + sum(E)
+}
+"""
+
+
+@pytest.mark.parametrize("bucket_mb", [25.0, 1e-6])
+def test_edge_shapes_average_over_threads_as_one_process(bucket_mb):
+    import threading
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(6, 3))
+    p0 = {"s": np.array(0.3), "W": rng.normal(size=(1, 3)), "E": np.zeros((0, 2))}
+
+    def train(comm, rows):
+        step = adc.train_step(EDGE, adc.optim.adam(0.1), comm=comm, bucket_mb=bucket_mb)
+        params, state = dict(p0), step.init(p0)
+        for _ in range(3):
+            params, state, metrics = step(params, state, {"x": x[rows]})
+        return params, metrics
+
+    want, wm = train(None, slice(None))
+    shared, got = (threading.Barrier(3), {}), {}
+    threads = [threading.Thread(target=lambda r=r: got.__setitem__(
+        r, train(ThreadComm(shared, r, 3), slice(2 * r, 2 * r + 2)))) for r in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for r in range(3):
+        params, metrics = got[r]
+        for k in want:
+            assert params[k].shape == want[k].shape
+            np.testing.assert_allclose(params[k], want[k], rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(metrics["loss"], wm["loss"], rtol=1e-12)
