@@ -55,9 +55,9 @@ def bind_dims(fn, arrays: list, dims: Mapping[str, int] | None = None) -> dict[s
     where: dict[str, str] = {k: "--bind" for k in bound}
     for arg, a in zip(fn.args, arrays):
         want = arg.type.shape
-        if len(a.shape) != len(want):
-            raise RunError(f"input '{arg.name}' has shape {tuple(a.shape)}, "
-                           f"expected rank {len(want)} ({arg.type})")
+        if len(a.shape) != len(want):   # the wording of `adc run`'s input checks
+            raise RunError(f"input '{arg.name}' is declared {arg.type} but has shape "
+                           f"{tuple(a.shape)}")
         for d, n in zip(want, a.shape):
             if _is_symbol(d):  # a polynomial dim (T-1) is checked once its symbols are bound
                 if d in bound and bound[d] != n:
@@ -67,7 +67,9 @@ def bind_dims(fn, arrays: list, dims: Mapping[str, int] | None = None) -> dict[s
     for arg, a in zip(fn.args, arrays):
         want = tuple(resolve_dim(d, bound) for d in arg.type.shape)
         if tuple(a.shape) != want:
-            raise RunError(f"input '{arg.name}' has shape {tuple(a.shape)}, expected {want}")
+            extra = "" if want == tuple(arg.type.shape) else f" (expected {want})"
+            raise RunError(f"input '{arg.name}' is declared {arg.type} but has shape "
+                           f"{tuple(a.shape)}{extra}")
     return bound
 
 

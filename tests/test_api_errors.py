@@ -64,3 +64,18 @@ def test_int32_labels_are_accepted_by_library_and_cli(tmp_path, capsys):
                  str(tmp_path / "o.npz")]) == 0
     expected = adc.value_and_grad(MLP)(**data)[0]
     np.testing.assert_allclose(np.load(tmp_path / "o.npz")["out"], expected, rtol=1e-6)
+
+
+def test_shape_errors_read_as_the_cli_s(tmp_path, capsys):
+    src = "def f(param x: f64[4], y: f64[B, 2]) -> f64 {\n    return sum(x) + sum(y)\n}\n"
+    f = adc.function(src)
+    with pytest.raises(adc.RunError, match=r"input 'x' is declared f64\[4\] but has shape "
+                                           r"\(3,\)$"):
+        f(np.ones(3), np.ones((2, 2)))
+    with pytest.raises(adc.RunError, match=r"input 'y' is declared f64\[B, 2\] but has shape "
+                                           r"\(2,\)$"):
+        f(np.ones(4), np.ones(2))
+    (tmp_path / "f.tdsl").write_text(src)
+    np.savez(tmp_path / "in.npz", x=np.ones(3), y=np.ones((2, 2)))
+    assert main(["run", str(tmp_path / "f.tdsl"), "--inputs", str(tmp_path / "in.npz")]) == 1
+    assert "input 'x' is declared f64[4] but has shape (3,)" in capsys.readouterr().err
