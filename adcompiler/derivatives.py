@@ -158,7 +158,7 @@ def auto_jacobian(program: Source, fn: str | None = None, wrt: Wrt = None, *,
 
 def hessian(program: Source, fn: str | None = None, wrt: Wrt = None, *,
             argnums: int | Sequence[int] | None = None, passes: str = DEFAULT_PASSES,
-            dtype: str | None = None, device: str = "cpu",
+            remat: str | None = None, dtype: str | None = None, device: str = "cpu",
             dims: Mapping[str, int] | None = None) -> Matrix:
     """The Hessian of a scalar float result: forward over reverse, one Hessian-vector
     product per differentiated input element. For one input, an array of shape
@@ -166,7 +166,7 @@ def hessian(program: Source, fn: str | None = None, wrt: Wrt = None, *,
     module, f = _primal(program, fn, dtype)
     require_scalar(f, "hessian")
     shape = _wrt_shape(f, wrt, argnums)
-    h = hvp(module, f.name, shape.names, passes=passes, device=device, dims=dims)
+    h = hvp(module, f.name, shape.names, passes=passes, remat=remat, device=device, dims=dims)
 
     def assemble(named):
         x = {w: np.asarray(named[w]) for w in shape.names}

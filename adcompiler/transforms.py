@@ -279,20 +279,26 @@ def _remat_passes(remat: str | None, fn: str, dims: Mapping[str, int] | None) ->
 def _no_remat(remat: str | None, what: str) -> None:
     if remat not in (None, "none"):
         raise AdcError(f"remat= applies to transforms with a reverse sweep (grad, "
-                       f"value_and_grad, vjp, jacrev); {what} has none")
+                       f"value_and_grad, vjp, hvp, jacrev, hessian); {what} has none")
 
 
-def _reverse(module: Module, fn: str, wrt: list[str], passes: str, seed=(), remat=None,
-             dims=None) -> Module:
+def _derive(module: Module, derive, passes: str, derived: str, remat=None,
+            dims=None) -> Module:
+    """`module` through `passes`, ``scan-inputs``, the derivative pass `derive` (which adds
+    the function `derived`), `passes` and the ``remat`` schedule of `derived`, if asked."""
     from .passes.pipeline import run_pipeline
-    from .passes.reverse import Reverse
-    derive = Reverse(wrt=tuple(wrt), fn=fn, seed=tuple(seed))
     if remat not in (None, "none") and dims:  # loops get plans for the trip counts bound here
         from .cli.dtype import bind_dims
         from .passes.clone import clone_module
         module = bind_dims(clone_module(module), dims)
-    return run_pipeline(module, _around(passes, derive, _remat_passes(remat, fn + "_grad",
-                                                                       dims)))
+    return run_pipeline(module, _around(passes, derive, _remat_passes(remat, derived, dims)))
+
+
+def _reverse(module: Module, fn: str, wrt: list[str], passes: str, seed=(), remat=None,
+             dims=None) -> Module:
+    from .passes.reverse import Reverse
+    return _derive(module, Reverse(wrt=tuple(wrt), fn=fn, seed=tuple(seed)), passes,
+                   fn + "_grad", remat, dims)
 
 
 def function(program: Source, fn: str | None = None, *, passes: str = DEFAULT_PASSES,
@@ -399,12 +405,12 @@ class Pullback(Compiled):
 
 
 def _second_order(pass_cls, program: Source, fn: str | None, wrt, argnums, passes: str,
-                  suffix: str, dtype: str | None):
+                  suffix: str, dtype: str | None, remat=None, dims=None):
     """Run `pass_cls` (``jvp`` or ``hvp``) on `fn`, between the cleanup passes."""
-    from .passes.pipeline import run_pipeline
     module, f = _primal(program, fn, dtype)
     shape = _wrt_shape(f, wrt, argnums)
-    out = run_pipeline(module, _around(passes, pass_cls(wrt=tuple(shape.names), fn=f.name)))
+    out = _derive(module, pass_cls(wrt=tuple(shape.names), fn=f.name), passes,
+                  f.name + suffix, remat, dims)
     return out, out[f.name + suffix], f, shape
 
 
@@ -438,10 +444,9 @@ def hvp(program: Source, fn: str | None = None, wrt: Wrt = None, *,
     ``t_<input>``.
     """
     from .passes.hvp import HVP
-    _no_remat(remat, "hvp")
     require_scalar(_primal(program, fn, None)[1], "hvp")
     module, hfn, f, shape = _second_order(HVP, program, fn, wrt, argnums, passes, "_hvp",
-                                          dtype)
+                                          dtype, remat, dims)
     return Compiled(module, hfn.name, hfn.arg_names,
                     {"kind": "hvp", "results": len(f.result_types), "wrt": shape.names,
                      "style": shape.style}, device, dims, dtype)

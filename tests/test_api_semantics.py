@@ -153,6 +153,12 @@ def test_remat_option_keeps_the_gradients():
             np.testing.assert_array_equal(a, b)
     with pytest.raises(adc.AdcError, match="remat= applies to"):
         adc.jvp(rnn, remat="sqrt")
+    t = {"t_Wh": np.ones((4, 4))}
+    plain = adc.hvp(rnn, wrt="Wh")
+    loops = sum(op.name == "for" for op in plain.module[plain.fn_name].walk())
+    h = adc.hvp(rnn, wrt="Wh", remat="sqrt", dims={"T": np.shape(data["xs"])[0]})
+    assert sum(op.name == "for" for op in h.module[h.fn_name].walk()) > loops
+    np.testing.assert_array_equal(h(**data, **t), plain(**data, **t))
 
 
 def test_gelu_approximations_match_torch_in_every_mode():
