@@ -57,6 +57,8 @@ def vmap(program: Source | Compiled, in_axes: InAxes = 0, *, fn: str | None = No
     if not inner.batchable:
         raise AdcError(f"vmap cannot batch '{inner.fn_name}': its result is a Python "
                        "function (a vjp pullback); vmap a grad or jvp instead")
+    if any(inner.in_axes.values()):
+        raise AdcError("vmap of a vmap needs the inner batch axes at 0 (in_axes=0)")
     axes = _axes(in_axes, inner.inputs)
     if not axes:
         raise TypeError("vmap needs at least one batched input (in_axes is all None)")

@@ -232,3 +232,15 @@ def test_batch_pass_from_a_pipeline():
     x = RNG.standard_normal((3, 5))
     w = RNG.standard_normal(3)
     np.testing.assert_allclose(adc.run(out, "f_batched", x=x, w=w)[0], w @ x, rtol=1e-12)
+
+
+def test_nested_vmap_is_a_batch_of_batches():
+    src = "def f(x: f64[3], param w: f64[3]) -> f64 {\n    return sum(tanh(x * w))\n}\n"
+    x, w = RNG.standard_normal((4, 5, 3)), RNG.standard_normal(3)
+    inner = adc.vmap(adc.grad(src, wrt="w"), in_axes={"x": 0})
+    outer = adc.vmap(inner, in_axes={"x": 0})
+    g = adc.grad(src, wrt="w")
+    want = np.array([[g(x[i, j], w) for j in range(5)] for i in range(4)])
+    np.testing.assert_allclose(outer(x, w), want, rtol=1e-12)
+    with pytest.raises(adc.AdcError, match="inner batch axes at 0"):
+        adc.vmap(adc.vmap(src, in_axes={"x": 1}), in_axes={"x": 0})
