@@ -121,3 +121,31 @@ def test_stats_optimal_when_proven(tmp_path):
     assert stats["straight_line"]["status"] == "optimal" and stats["optimal"]
     for policy in ("sqrt", "revolve:2", "none"):
         consistent(remat_stats(m, schedule(m, policy)))
+
+
+def test_a_model_too_large_for_the_milp_falls_back_to_the_baselines(tmp_path, monkeypatch):
+    from adcompiler.remat import milp
+    m, inputs = compiled(tmp_path, mlp(8))
+    ref, none_peak = measure(m, inputs)
+    monkeypatch.setattr(milp, "MAX_VARIABLES", 10)
+    sched = schedule(m, "min-memory")
+    stats = consistent(remat_stats(m, sched))
+    assert stats["straight_line"]["status"] == "too large"
+    assert stats["solver"] in ("chen", "mincut") and stats["guarantee"] == "heuristic"
+    outs, peak = measure(sched.module, inputs)
+    assert all(np.array_equal(a, b) for a, b in zip(outs, ref))
+    assert peak == stats["peak_bytes_predicted"] < none_peak
+
+
+def test_fit_budget_returns_the_cheapest_fitting_schedule(tmp_path):
+    from adcompiler.remat.schedule import fit_budget
+    m, inputs = compiled(tmp_path, mlp(6))
+    ref, none_peak = measure(m, inputs)
+    floor = remat_stats(m, schedule(m, "min-memory"))["peak_bytes_predicted"]
+    budget = (floor + none_peak) // 2
+    fit = fit_budget(m, "f_grad", budget)
+    outs, peak = measure(fit.module, inputs)
+    assert all(np.array_equal(a, b) for a, b in zip(outs, ref))
+    assert peak == fit.peak_bytes <= budget
+    assert fit.recompute_flops == remat_stats(m, schedule(m, f"budget:{budget}"))["recompute_flops"]
+    assert fit_budget(m, "f_grad", none_peak).recompute_flops == 0

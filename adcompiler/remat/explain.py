@@ -96,7 +96,8 @@ def _guarantee(sched: Schedule) -> tuple[str, float | None, str]:
         return "optimal", 0.0, "storing everything fits: nothing is recomputed"
     why = {"optimal": f"{sl.solver} proved it optimal for the straight-line model",
            "gap": f"{sl.solver} stopped at its deadline; the relative gap bounds the excess",
-           "heuristic": f"the {sl.solver} baseline; the MILP found nothing better in time"}
+           "heuristic": f"the {sl.solver} baseline; the MILP ({sl.status}) found nothing "
+                        f"better"}
     return sl.guarantee, sl.gap, why[sl.guarantee]
 
 

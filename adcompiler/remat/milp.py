@@ -29,10 +29,10 @@ DEFAULT_TIME_LIMIT = 10.0  # seconds per HiGHS solve, at most
 
 
 def deadline(variables: int, limit: float = DEFAULT_TIME_LIMIT) -> float:
-    """Seconds a solve may take: proportional to the model (2 s plus 2 ms per ten
+    """Seconds a solve may take: proportional to the model (5 s plus 2 ms per ten
     variables), at most `limit`. The straight-line solver also has the baselines'
     schedules as incumbents, so a stopped solve never leaves a worse schedule than them."""
-    return min(limit, 2.0 + variables * 2e-4)
+    return min(limit, 5.0 + variables * 2e-4)
 
 
 class _Progress:
@@ -63,9 +63,9 @@ class _Progress:
 @dataclass
 class Solution:
     clones: dict[int, list[int]] = field(default_factory=dict)  # time -> ops cloned there
-    status: str = "optimal"        # optimal, time limit (feasible), infeasible, no solution
+    status: str = "optimal"   # optimal, time limit (feasible), infeasible, no solution, too large
     optimal: bool = True           # always the same as status == "optimal" (or "infeasible")
-    gap: float = 0.0               # HiGHS's relative MIP gap (0 when proven optimal)
+    gap: float | None = 0.0        # HiGHS's relative MIP gap (0 when proven optimal)
     bound: float | None = None     # HiGHS's dual bound on the objective
     model_peak: int = 0
     seconds: float = 0.0
@@ -179,10 +179,23 @@ class _Model:
         return best
 
 
+MAX_VARIABLES = 200_000   # beyond this, building the model alone takes longer than a deadline
+
+
+def model_size(prob: Problem) -> int:
+    """The number of variables `_Model` would have, counted without building it."""
+    return sum(prob.last[v] - prob.born[v] for v in prob.free) + \
+        sum(len(ts) for ts in prob.clone_times.values())
+
+
 def solve(prob: Problem, budget: int | None, time_limit: float | None = None) -> Solution:
     """The clones of least FLOPs whose model peak fits `budget`; with `budget` None, the
     least model peak (then the least FLOPs at that peak, in a second solve). `time_limit`:
-    seconds per solve (default: `deadline` of the model's size)."""
+    seconds per solve (default: `deadline` of the model's size). A model of more than
+    `MAX_VARIABLES` is not solved (status ``too large``)."""
+    size = model_size(prob)
+    if size > MAX_VARIABLES:
+        return Solution(status="too large", optimal=False, gap=None, variables=size)
     model = _Model(prob)
     if time_limit is None:
         time_limit = deadline(len(model.lb))

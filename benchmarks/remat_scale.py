@@ -1,0 +1,208 @@
+"""Remat at scale: how long scheduling takes, what it recomputes against the baselines, and
+whether the predicted peak is the measured one.
+
+    python benchmarks/remat_scale.py                 # everything (tens of minutes)
+    python benchmarks/remat_scale.py --quick         # 4 budgets, the smaller sizes
+
+Part 1, unrolled networks (no loop: straight-line code, as most PyTorch models are
+written): MLPs of 32, 64 and 128 layers and transformer stacks of 12 and 24 blocks. For a
+sweep of budgets from `min-memory` to store-all: the time to schedule, the predicted peak
+(the measured one is checked equal on every run) and the recomputation, with what the
+solver proved. Then the baselines, Chen's √n segments and the min-cut, each against the
+exact schedule at the same predicted peak (``budget:`` equal to the baseline's peak).
+
+Part 2, loops: the tanh RNN sample over T = 10^3, 10^4, 10^5 steps under `revolve:4`,
+`budget:` (half of store-all) and `min-memory`: the time to schedule and the size of
+the scheduled adjoint in ops. A cell that runs past `--cap` seconds says so.
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from adcompiler.cli.compile import compile_program  # noqa: E402
+from adcompiler.cli.dtype import bind_dims  # noqa: E402
+from adcompiler.cli.inputs import DimBinder, random_inputs  # noqa: E402
+from adcompiler.diagnostics import AdcError  # noqa: E402
+from adcompiler.remat.explain import remat_stats  # noqa: E402
+from adcompiler.remat.policy import Policy  # noqa: E402
+from adcompiler.remat.schedule import schedule  # noqa: E402
+from adcompiler.remat.straight import schedule_baseline  # noqa: E402
+from adc_runtime.executor import run_function  # noqa: E402
+
+
+def mlp(layers: int, width: int = 32, batch: int = 32) -> str:
+    args = ", ".join(f"param W{k}: f32[{width}, {width}], param b{k}: f32[{width}]"
+                     for k in range(layers))
+    body = "".join(f"    h{k + 1} = tanh(h{k} @ W{k} + b{k})\n" for k in range(layers))
+    return (f"def mlp(x: f32[{batch}, {width}], {args}) -> f32 {{\n    h0 = x\n{body}"
+            f"    return mean(h{layers} * h{layers})\n}}\n")
+
+
+def transformer(blocks: int, t: int = 16, d: int = 16) -> str:
+    args, body = [], []
+    for k in range(blocks):
+        args.append(", ".join(f"param {w}{k}: f32[{d}, {d}]" for w in ("Wq", "Wk", "Wv", "Wo"))
+                    + f", param W1{k}: f32[{d}, {2 * d}], param W2{k}: f32[{2 * d}, {d}]"
+                    + f", param g{k}: f32[{d}], param e{k}: f32[{d}]")
+        body.append(
+            f"    s{k} = (h{k} @ Wq{k}) @ transpose(h{k} @ Wk{k}) * 0.25\n"
+            f"    a{k} = layernorm(h{k} + softmax(s{k}, axis=-1) @ (h{k} @ Wv{k}) @ Wo{k},"
+            f" g{k}, e{k})\n"
+            f"    h{k + 1} = a{k} + gelu(a{k} @ W1{k}) @ W2{k}\n")
+    return (f"def stack(x: f32[{t}, {d}], target: f32[{t}, {d}], {', '.join(args)}) -> f32 {{\n"
+            f"    h0 = x\n{''.join(body)}    return mse(h{blocks}, target)\n}}\n")
+
+
+class Timeout(Exception):
+    pass
+
+
+def capped(seconds: float, fn, *args):
+    """(result, seconds), or (None, None) past `seconds`."""
+    def alarm(*_):
+        raise Timeout
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    start = time.perf_counter()
+    try:
+        return fn(*args), time.perf_counter() - start
+    except Timeout:
+        return None, None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def compiled(text: str, bind=None):
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "model.tdsl"
+        path.write_text(text)
+        comp = compile_program(str(path), "reverse", bind=bind)
+    module = bind_dims(comp.module, bind) if bind else comp.module
+    inputs, _ = random_inputs(comp.run_fn, DimBinder(dict(bind or {})), 0)
+    return module, comp.run_name, inputs
+
+
+def checked(module, fn, sched, dims, inputs, run=True) -> dict:
+    """The schedule's stats; with `run`, its measured peak, which must be the predicted one."""
+    stats = remat_stats(module, sched, dims)
+    if run:
+        _, rs = run_function(sched.module, fn, inputs, dims=dims)
+        stats["peak_bytes_measured"] = rs["peak_bytes"]
+        if rs["peak_bytes"] != stats["peak_bytes_predicted"]:
+            raise SystemExit(f"{fn} {sched.policy}: predicted peak "
+                             f"{stats['peak_bytes_predicted']} but measured {rs['peak_bytes']}")
+    return stats
+
+
+def ops_of(module, fn) -> int:
+    return sum(1 for _ in module[fn].walk())
+
+
+def networks(args) -> None:
+    models = [("MLP", n, mlp(n)) for n in (32, 64, 128)] + \
+             [("transformer", n, transformer(n)) for n in (12, 24)]
+    if args.quick:
+        models = [m for m in models if m[1] in (32, 12)]
+    points = 4 if args.quick else 10
+    print("## Unrolled networks (straight-line code)\n")
+    print("| model | budgets | solve time per budget: median / max (s) | proven optimal "
+          "| recompute: exact at Chen's peak vs Chen | exact at mincut's peak vs mincut "
+          "| predicted = measured |")
+    print("|---|---|---|---|---|---|---|")
+    for kind, n, text in models:
+        module, fn, inputs = compiled(text)
+        none = checked(module, fn, schedule(module, "none", fn), {}, inputs)
+        lo, t_lo = capped(args.cap, schedule, module, "min-memory", fn)
+        if lo is None:
+            print(f"| {kind} {n} | - | min-memory > {args.cap:.0f} s | | | | |")
+            continue
+        floor = checked(module, fn, lo, {}, inputs)["peak_bytes_predicted"]
+        hi = none["peak_bytes_store_all"]
+        budgets = sorted({floor + (hi - floor) * k // (points - 1) for k in range(points)})
+        times, proven, rows = [t_lo], 0, []
+        for b in budgets:
+            s, t = capped(args.cap, schedule, module, Policy("budget", budget=b), fn)
+            if s is None:
+                times.append(float("inf"))
+                continue
+            st = checked(module, fn, s, {}, inputs)
+            times.append(t)
+            proven += st["guarantee"] == "optimal"
+            rows.append(st)
+        cells = []
+        for name in ("chen", "mincut"):
+            base = schedule_baseline(module, fn, {}, name)
+            peak = None
+            from adcompiler.memory import predict_peak
+            peak = predict_peak(base[0], fn, {}).peak_bytes
+            from adcompiler.memory import function_flops
+            fwd = none["forward_flops"]
+            rec = function_flops(base[0][fn], {}, base[0], only_recompute=True) / fwd
+            try:
+                ex, _ = capped(args.cap, schedule, module, Policy("budget", budget=peak), fn)
+                er = checked(module, fn, ex, {}, inputs)["recompute_fraction"] if ex else None
+            except AdcError:
+                er = None
+            cells.append(f"{'-' if er is None else f'{er:.2f}x'} vs {rec:.2f}x "
+                         f"(peak {peak / hi:.0%} of store-all)")
+        finite = sorted(t for t in times if t != float("inf"))
+        med = finite[len(finite) // 2] if finite else float("nan")
+        worst = "> cap" if len(finite) < len(times) else f"{max(finite):.2f}"
+        print(f"| {kind} {n} | {len(budgets)} + min-memory | {med:.2f} / {worst} "
+              f"| {proven} of {len(budgets)} | {cells[0]} | {cells[1]} | yes |", flush=True)
+
+
+def loops(args) -> None:
+    rnn = (ROOT / "samples" / "rnn.tdsl").read_text()
+    print("\n## Loops (samples/rnn.tdsl)\n")
+    print("| T | policy | schedule time (s) | adjoint ops | predicted = measured |")
+    print("|---|---|---|---|---|")
+    for T in args.loops:
+        dims = {"T": T}
+        module, fn, inputs = compiled(rnn, dims)
+        store = remat_stats(module, schedule(module, "none", fn, dims), dims)
+        budget = store["peak_bytes_store_all"] // 2
+        for policy in ("revolve:4", f"budget:{budget}", "min-memory"):
+            try:
+                s, t = capped(args.cap, schedule, module, policy, fn, dims)
+            except AdcError as e:
+                print(f"| {T:,} | {policy} | error: {e.message} | | |")
+                continue
+            if s is None:
+                print(f"| {T:,} | {policy} | > {args.cap:.0f} | | |", flush=True)
+                continue
+            run = T <= args.run_steps and (policy != "min-memory" or T <= 200)
+            st = checked(module, fn, s, dims, inputs, run=run)
+            print(f"| {T:,} | {policy} | {t:.2f} | {ops_of(s.module, fn):,} "
+                  f"| {'yes' if run else 'not run'} |", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="4 budgets, the smaller models")
+    ap.add_argument("--cap", type=float, default=120.0, help="seconds per schedule (120)")
+    ap.add_argument("--loops", type=lambda s: [int(x) for x in s.split(",")],
+                    default=[1000, 10_000, 100_000], help="trip counts (1000,10000,100000)")
+    ap.add_argument("--run-steps", type=int, default=1000,
+                    help="run (and check the peak of) loops up to this many steps (1000)")
+    ap.add_argument("--only", choices=("networks", "loops"))
+    args = ap.parse_args()
+    if args.only != "loops":
+        networks(args)
+    if args.only != "networks":
+        loops(args)
+
+
+if __name__ == "__main__":
+    main()
