@@ -202,7 +202,7 @@ def solve(prob: Problem, budget: int | None, time_limit: float | None = None) ->
     if budget is not None:
         return model.solve(budget, time_limit)[0]
     first, _ = model.solve(None, time_limit)
-    if not first.feasible:
+    if not first.feasible or not first.optimal:   # an unproven peak: not worth a second wait
         return first
     second, _ = model.solve(first.model_peak, time_limit)
     if not second.feasible:   # time ran out before a cheaper schedule at that peak was found
