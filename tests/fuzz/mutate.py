@@ -146,6 +146,8 @@ class Mutator:
             np.savez(b, **{k: np.asarray(v) for k, v in json.loads(text).items()})
             raw = bytearray(b.getvalue())
             for _ in range(rng.randint(1, 4)):
+                if not raw:
+                    break
                 k = rng.randrange(len(raw))
                 if rng.random() < 0.3:
                     del raw[k:]
