@@ -69,3 +69,37 @@ def test_remat_scale_smoke(capsys, monkeypatch):
         for policy in ("min-memory", "mincut"):
             stats = bench.checked(module, fn, schedule(module, policy, fn), {}, inputs)
             assert stats["peak_bytes_measured"] == stats["peak_bytes_predicted"]
+
+
+def _load(name: str, monkeypatch):
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setattr(sys, "path", list(sys.path))      # the script adds its folder
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cpu_gradient_bench_smoke(tmp_path, capsys, monkeypatch):
+    bench = _load("bench_cpu", monkeypatch)
+    out = tmp_path / "table.md"
+    assert bench.main(["--threads", "1", "--models", "tiny_mlp", "--steps", "1",
+                       "--repeats", "1", "--warmup", "1", "--interpreter",
+                       "--out", str(out)]) == 0
+    rows = [line.split(" | ") for line in out.read_text().splitlines()
+            if line.startswith("| tiny_mlp")]
+    assert len(rows) == 1 and rows[0][1] == "1" and float(rows[0][2]) > 0
+    if importlib.util.find_spec("torch") is not None:
+        assert "adc / torch eager" in out.read_text()
+        assert float(rows[0][6]) < 1e-5         # torch's gradient agrees with adc's
+
+
+def test_compile_scale_smoke(capsys, monkeypatch):
+    bench = _load("compile_scale", monkeypatch)
+    assert bench.main(["--sizes", "20", "40", "--modes", "reverse", "hvp"]) == 0
+    printed = capsys.readouterr().out
+    for stage in ("frontend", "canonicalize", "reverse", "hvp", "print", "buffer-plan",
+                  "parse-ir"):
+        assert f"| {stage} |" in printed
+    assert "largest growth exponent of the total" in printed
