@@ -13,6 +13,7 @@ of the gradients from the loop's.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import sys
@@ -133,7 +134,8 @@ def main(argv=None) -> int:
     lines = [f"Per-example gradients of a batch of {args.rows} rows "
              f"({args.features}-{args.hidden}-{args.classes} tanh classifier, float32); "
              f"median of {args.repeats} calls after {args.warmup} warm-up calls; "
-             f"{platform.machine()}, numpy {np.__version__}.", "",
+             f"{platform.machine()}, {os.cpu_count()} cores, numpy {np.__version__}. "
+             "On a shared machine the figures move between runs (PyTorch's the most).", "",
              "| runner | ms per batch | loop / this | max rel. diff vs loop |",
              "|---|---:|---:|---:|"]
     for name, (ms, out) in results.items():
