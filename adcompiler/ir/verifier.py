@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from ..diagnostics import AdcError
 from ..ops import registry
+from ..ops.control import RETURN, YIELD
 from .core import Block, Function, Module, Op, Value
 from .types import TensorType
 
@@ -72,9 +73,9 @@ class _Checker:
             target = f.attrs.get(kind)
             if target is not None and target not in self.module:
                 self.fail(f, f"{kind} names unknown function @{target}")
-        self.block(f.body, "return", f)
+        self.block(f.body, RETURN, f)
         term = f.body.ops[-1] if f.body.ops else None
-        if term is not None and term.name == "return":
+        if term is not None and term.name == RETURN:
             got = [v.type for v in term.operands]
             if got != list(f.result_types):
                 self.fail(term, f"returns {_types(got)} but the function declares "
@@ -98,8 +99,8 @@ class _Checker:
         for k, op in enumerate(block.ops):
             if op.parent is not block:
                 self.fail(op, "has a stale parent block")
-            if op.name in ("return", "yield") and (k != len(block.ops) - 1 or
-                                                    op.name != terminator):
+            if registry.has_trait(op, "terminator") and (k != len(block.ops) - 1
+                                                         or op.name != terminator):
                 self.fail(op, f"is misplaced: this block must end in '{terminator}' "
                               f"and have no other terminator")
             for i, v in enumerate(op.operands):
@@ -111,7 +112,7 @@ class _Checker:
             for r in op.regions:
                 if r.parent is not op:
                     self.fail(op, "has a region whose parent is another op")
-                self.block(r, "yield", op)
+                self.block(r, YIELD, op)
             for k2, r in enumerate(op.results):
                 self.define(r, op, k2, op)
                 if r not in visible:
@@ -130,14 +131,14 @@ class _Checker:
 
     # -- ops ---------------------------------------------------------------------------
     def op(self, op: Op) -> None:
-        if op.name in ("yield", "return"):
+        if registry.has_trait(op, "terminator"):
             if op.results or op.regions:
                 self.fail(op, "must have no results and no regions")
-        elif op.name == "for":
+        elif registry.has_trait(op, "loop"):
             self.for_op(op)
-        elif op.name == "call":
+        elif registry.has_trait(op, "calls"):
             self.call(op)
-        elif op.name == "fused":
+        elif registry.has_trait(op, "group"):
             self.fused_op(op)
         elif op.name in registry.REGISTRY:
             self.registry_op(op, registry.REGISTRY[op.name])
@@ -218,7 +219,7 @@ class _Checker:
             self.fail(op, f"body arguments {_types(args)} should be {_types(want)} "
                           "(index, carries, slices)")
         term = body.ops[-1] if body.ops else None
-        if term is None or term.name != "yield":
+        if term is None or term.name != YIELD:
             return
         yielded = [v.type for v in term.operands]
         if yielded[:nc] != carries:
@@ -240,7 +241,7 @@ class _Checker:
             self.fail(op, f"body arguments {_types(args)} should be the operand types "
                           f"{_types(operands)}")
         term = body.ops[-1] if body.ops else None
-        if term is None or term.name != "yield":
+        if term is None or term.name != YIELD:
             return
         yielded, res = [v.type for v in term.operands], [r.type for r in op.results]
         if yielded != res:
