@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import errno
 import io
-import json
 import re
 import zipfile
 from pathlib import Path
