@@ -22,7 +22,6 @@ from mutate import SOURCES, Mutator  # noqa: E402
 from target import check  # noqa: E402
 
 
-
 def ir_texts() -> list[str]:
     """The samples compiled to IR text, forward and reverse: the seeds of IR mutations."""
     from adcompiler.cli.compile import compile_program
