@@ -8,24 +8,29 @@ Models and sizes are bench_gpu.py's (benchmarks/models/*.tdsl; the same models f
 peers in peers.py), float32. Runners, where installed:
 
 * adc: ``adc.train_step(model, adc.optim.adam(1e-3), clip=1.0)``, one compiled step program
-  whose parameters and Adam state are updated in place;
+  whose parameters and Adam state are updated in place; and the same step with a runner that
+  writes them into new arrays ("no in-place update", runner ``adc-copy``);
 * PyTorch eager: ``zero_grad(); loss.backward(); clip_grad_norm_(params, 1.0);
   optimizer.step()`` with ``torch.optim.Adam`` (its default implementation on the CPU);
 * ``jax.jit`` of an optax step (``clip_by_global_norm(1.0)`` then ``adam(1e-3)``),
   parameters and state donated.
 
-Every runner starts from the same parameters and takes the same batch each step, so after
-the same number of steps the losses agree to float32 rounding: the table shows the relative
-difference of the last loss from adc's. Compile time ("compile s") is adc's pass pipeline
-and XLA's compilation, timed with the warm-up steps. The table (Markdown) is printed and
-written to `--out`.
+Every runner starts from the same parameters and takes the same batch each step. The table
+compares each runner's loss with adc's after one update (the second step's loss: equal to
+float32 rounding) and after the last step (Adam's first updates are about ``lr * sign(g)``,
+which turns rounding in near-zero gradients into whole steps, so trajectories drift apart
+by then). "allocated MiB / step" is the NumPy memory allocated during one adc step after
+the warm-up (tracemalloc's peak), next to the bytes of the parameters and the Adam state.
+Compile time ("compile s") is adc's pass pipeline and XLA's compilation, timed with the
+warm-up steps. The table (Markdown) is printed and written to `--out`.
 """
 from __future__ import annotations
 
 import argparse
 import sys
 import time
-from dataclasses import dataclass
+import tracemalloc
+from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -44,7 +49,9 @@ class Row:
     runner: str
     step_ms: float | None = None
     compile_s: float | None = None
-    loss: float | None = None     # after warm-up + timed steps
+    losses: list = field(default_factory=list)  # every step's loss, in order
+    alloc_mib: float | None = None   # NumPy memory allocated during one step (tracemalloc)
+    held_mib: float | None = None    # the parameters and optimizer state
 
 
 def program(model: str, sizes: dict):
@@ -62,20 +69,30 @@ def split(model: str, module, sizes: dict) -> tuple[dict, dict]:
     return params, {n: v for n, v in inputs.items() if n not in fn.params}
 
 
-def run_adc(model: str, sizes: dict, clock: Clock) -> Row:
+def run_adc(model: str, sizes: dict, clock: Clock, in_place: bool = True) -> Row:
+    """adc's step; without `in_place`, its runner writes every new parameter and state
+    array into a fresh one (the baseline that in-place updates remove)."""
     import adcompiler as adc
     t0 = time.perf_counter()
     module = program(model, sizes)
     step = adc.train_step(module, adc.optim.adam(LR), clip=CLIP)
+    if not in_place:
+        step._runner = adc.runner(step.module, step.fn_name, donate=False)
     params, batch = split(model, module, sizes)
-    now = {"p": params, "s": step.init(params), "m": None}
+    now = {"p": params, "s": step.init(params)}
+    row = Row(model, "adc" if in_place else "adc, no in-place update")
 
     def one():
-        now["p"], now["s"], now["m"] = step(now["p"], now["s"], batch)
+        now["p"], now["s"], m = step(now["p"], now["s"], batch)
+        row.losses.append(float(m["loss"]))
 
     compile_s = time.perf_counter() - t0 + clock.warm(one)
-    row = Row(model, "adc", clock.time(one), compile_s)
-    row.loss = float(now["m"]["loss"])
+    row.step_ms, row.compile_s = clock.time(one), compile_s
+    tracemalloc.start()
+    one()
+    row.alloc_mib = tracemalloc.get_traced_memory()[1] / 2**20
+    tracemalloc.stop()
+    row.held_mib = sum(a.nbytes for d in (now["p"], now["s"]) for a in d.values()) / 2**20
     return row
 
 
@@ -89,7 +106,7 @@ def run_torch(model: str, sizes: dict, clock: Clock) -> Row:
     wrt = [ts[n] for n in names if n in params]
     opt = torch.optim.Adam(wrt, lr=LR)
     ops = peers.torch_ops()
-    out = {}
+    row = Row(model, "torch eager")
 
     def one():
         opt.zero_grad()
@@ -97,11 +114,11 @@ def run_torch(model: str, sizes: dict, clock: Clock) -> Row:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(wrt, CLIP)
         opt.step()
-        out["loss"] = loss
+        row.losses.append(loss.item())
 
     clock.warm(one)
-    row = Row(model, "torch eager", clock.time(one))
-    row.loss = float(out["loss"].detach())
+    row.step_ms = clock.time(one)
+    one()
     return row
 
 
@@ -128,16 +145,17 @@ def run_jax(model: str, sizes: dict, clock: Clock) -> Row:
     jstep = jax.jit(train, donate_argnums=(0, 1))
     p = {n: jnp.asarray(v) for n, v in params.items()}
     b = {n: jnp.asarray(v) for n, v in batch.items()}
-    now = {"p": p, "s": tx.init(p), "loss": None}
+    now = {"p": p, "s": tx.init(p)}
+    row = Row(model, "jax.jit + optax")
 
     def one():
-        now["p"], now["s"], now["loss"] = jstep(now["p"], now["s"], b)
-        jax.block_until_ready(now["loss"])
+        now["p"], now["s"], loss = jstep(now["p"], now["s"], b)
+        row.losses.append(float(loss))   # waits for the step
 
     clock.warm(one)
-    row = Row(model, "jax.jit + optax", compile_s=time.perf_counter() - t0)
+    row.compile_s = time.perf_counter() - t0
     row.step_ms = clock.time(one)
-    row.loss = float(now["loss"])
+    one()
     return row
 
 
@@ -145,21 +163,33 @@ def _ratio(a, b) -> str:
     return "-" if a is None or b is None or not b else f"{a / b:.2f}"
 
 
+def _f(x, fmt: str) -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def _rel(a: Row, b: Row | None, k: int) -> str:
+    if b is None or a is b or len(a.losses) <= k or len(b.losses) <= k:
+        return "-"
+    return f"{abs(a.losses[k] - b.losses[k]) / max(abs(b.losses[k]), 1e-30):.1e}"
+
+
 def table(rows: list[Row]) -> str:
-    lines = ["| model | runner | step ms | compile s | adc step / this | final loss "
-             "| loss rel. diff vs adc |", "|---|---|---:|---:|---:|---:|---:|"]
+    """One row per runner; the loss columns compare with adc's: after one update (the
+    second step's loss) and after the last step (Adam's sign-like first steps amplify
+    float32 rounding in near-zero gradients, so later losses drift apart)."""
+    lines = ["| model | runner | step ms | compile s | adc step / this | allocated MiB / step "
+             "| params + state MiB | loss after 1 update, rel. diff vs adc "
+             "| final loss | final rel. diff |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for model in dict.fromkeys(r.model for r in rows):
         group = [r for r in rows if r.model == model]
         adc = next((r for r in group if r.runner == "adc"), None)
         for r in group:
             mine = r is adc
-            diff = "-" if mine or adc is None or r.loss is None else \
-                f"{abs(r.loss - adc.loss) / max(abs(adc.loss), 1e-30):.1e}"
             lines.append(
-                f"| {model} | {r.runner} | {r.step_ms:.3f} | "
-                f"{'-' if r.compile_s is None else f'{r.compile_s:.2f}'} | "
+                f"| {model} | {r.runner} | {r.step_ms:.3f} | {_f(r.compile_s, '.2f')} | "
                 f"{'-' if mine else _ratio(adc and adc.step_ms, r.step_ms)} | "
-                f"{r.loss:.6g} | {diff} |")
+                f"{_f(r.alloc_mib, '.2f')} | {_f(r.held_mib, '.2f')} | {_rel(r, adc, 1)} | "
+                f"{r.losses[-1]:.6g} | {_rel(r, adc, len(r.losses) - 1)} |")
     return "\n".join(lines)
 
 
@@ -170,8 +200,9 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=5, help="timed blocks (default 5)")
     p.add_argument("--warmup", type=int, default=3, help="warm-up steps (default 3)")
     p.add_argument("--models", default="mlp,transformer_block,deep_mlp")
-    p.add_argument("--runners", default="adc,torch,jax",
-                   help="which runners (those not installed are skipped)")
+    p.add_argument("--runners", default="adc,adc-copy,torch,jax",
+                   help="which runners (those not installed are skipped; adc-copy: adc "
+                   "without in-place updates)")
     p.add_argument("--out", default=str(HERE / "results-train.md"),
                    help="Markdown file to write")
     args = p.parse_args(argv)
@@ -182,6 +213,8 @@ def main(argv=None) -> int:
         sizes = SIZES[args.size][model]
         if "adc" in runners:
             rows.append(run_adc(model, sizes, clock))
+        if "adc-copy" in runners:
+            rows.append(run_adc(model, sizes, clock, in_place=False))
         if "torch" in runners and installed("torch"):
             rows.append(run_torch(model, sizes, clock))
         if "jax" in runners and installed("jax") and installed("optax"):

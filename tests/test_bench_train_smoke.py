@@ -26,4 +26,4 @@ def test_bench_train_smoke(tmp_path, capsys, monkeypatch):
     for r in rows:
         assert float(r[2]) > 0
         if r[1] != "adc":
-            assert float(r[6].strip(" |")) < 1e-4   # the same training trajectory
+            assert float(r[7]) < 1e-4   # the same training trajectory
