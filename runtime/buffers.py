@@ -272,16 +272,16 @@ def _double_buffered(body, n_carry: int, planned: dict, in_place: Callable) -> l
     return [v for v in outs if v in written and outs.count(v) == 1]
 
 
-def donations(fn, in_place: Callable, elementwise: frozenset) -> list:
+def donations(fn, in_place: Callable, elementwise: Callable) -> list:
     """(result value, input index) pairs: results that a run may write into the array of the
     input they replace (``fn.attrs["in_place"]``: input name -> result index), as a training
     step updates its parameters and optimizer state.
 
     A result qualifies when a top-level op of the body writes it in place (`in_place`), it
     has the input's type, is returned once, and no use of the input's memory (the input or a
-    value that may share it) comes after that op. The op itself may read the input only as
-    an operand of an elementwise kernel (`elementwise`), which reads each element before it
-    writes the same one."""
+    value that may share it) comes after that op. The op itself may read the input only
+    directly and only when its kernel is elementwise (``elementwise(op)``): each element is
+    read before the same element of the result is written."""
     spec = fn.attrs.get("in_place") or {}
     block = fn.body
     ops, ret = block.ops, block.ops[-1]
@@ -305,7 +305,7 @@ def donations(fn, in_place: Callable, elementwise: frozenset) -> list:
             continue
         k = position[op]
         readers = [v for inner in op.walk() for v in inner.operands if a in roots.get(v, {v})]
-        if last.get(a, -1) > k or (readers and (op.name not in elementwise or op.regions
+        if last.get(a, -1) > k or (readers and (not elementwise(op)
                                                 or any(v is not a for v in readers))):
             continue
         out.append((r, j))

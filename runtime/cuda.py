@@ -152,6 +152,14 @@ class CudaExecutor(Executor):
             return [] if closed and spec.to_shape is not None else list(op.results)
         return super().in_place_results(op)
 
+    def writes_elementwise(self, op) -> bool:
+        """Also fused elementwise kernels: CuPy loads every input element of a thread before
+        the operation writes its outputs."""
+        spec = self.specs.get(op) if op.name == "fused" else None
+        if spec is not None:
+            return getattr(spec, "kind", "elementwise") == "elementwise"
+        return super().writes_elementwise(op)
+
     def run_fused(self, op, env, args) -> list:
         spec = self.specs.get(op)
         if spec is None:

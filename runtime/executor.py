@@ -152,9 +152,14 @@ class Executor:
         pairs = self._donations.get(id(fn))
         if pairs is None:
             pairs = self._donations[id(fn)] = donations(
-                fn, self.in_place_results, frozenset(ELEMENTWISE_OUT))
+                fn, self.in_place_results, self.writes_elementwise)
         for v, j in pairs:
             self._views[v] = arrays[j]
+
+    def writes_elementwise(self, op) -> bool:
+        """Whether `op`'s in-place kernel reads each element of its operands before it writes
+        the same element of its result (so the result may overwrite an operand)."""
+        return op.name in ELEMENTWISE_OUT and not op.regions
 
     def result_buffer(self, v):
         """The array that an op writing in place fills for `v`: its planned buffer, or a

@@ -128,11 +128,11 @@ def test_updates_in_place_and_never_writes_callers_arrays():
 def test_in_place_plan_covers_every_parameter_and_slot():
     from adc_runtime.buffers import donations
     from adc_runtime.executor import Executor
-    from adc_runtime.kernels import ELEMENTWISE_OUT
     for opt in (adc.optim.sgd(0.1, momentum=0.9, nesterov=True), adc.optim.adamw()):
         step = adc.train_step(MLP, opt, clip=1.0)
         fn = step.module[step.fn_name]
-        pairs = donations(fn, Executor(step.module).in_place_results, frozenset(ELEMENTWISE_OUT))
+        ex = Executor(step.module)
+        pairs = donations(fn, ex.in_place_results, ex.writes_elementwise)
         names = {fn.args[j].name for _, j in pairs}
         assert names == set(fn.attrs["params"]) | set(fn.attrs["state"])
 
@@ -213,3 +213,38 @@ def test_empty_parameter_and_batch_of_one():
     assert float(m["grad_norm_e"]) == 0.0
     # Adam's first step moves each weight by lr against the sign of its gradient
     assert np.all(np.abs(p["w"] - params["w"]) > 0.1)
+
+
+def test_fused_step_runs_on_the_cupy_stand_in_like_numpy():
+    """The step fuses like any program; its fused kernels (run by the CuPy stand-in of
+    test_cuda_runtime.py) give NumPy's bits, step after step, with in-place updates on."""
+    from test_cuda_runtime import fake_cupy
+    from adcompiler.emit.cuda import ensure_fused, kernel_specs
+    from adc_runtime import cuda as backend
+    from adc_runtime.buffers import donations
+    step = adc.train_step(MLP, adc.optim.adam(1e-2), clip=0.5)
+    fused = ensure_fused(step.module)
+    fn = fused[step.fn_name]
+    assert sum(op.name == "fused" for op in fn.body.ops) >= 4
+    specs = kernel_specs(fused)
+    backend._KERNELS.clear()
+    device = backend.runner(fused, step.fn_name, specs,
+                            fake_cupy({s.name: op for op, s in specs.items()}, []))
+    device.donate = True
+    ex = backend.CudaExecutor(fused, None, {}, specs)
+    pairs = donations(fn, ex.in_place_results, ex.writes_elementwise)
+    assert {fn.args[j].name for _, j in pairs} == set(fn.attrs["params"]) | \
+        set(fn.attrs["state"])
+    assert any(r.defining_op.name == "fused" for r, _ in pairs)
+    params, batch = mlp_data(seed=9)
+    p, state = params, step.init(params)
+    mine = {k: np.array(v, dtype=np.float32 if k != "step" else np.int64)
+            for k, v in {**params, **state}.items()}
+    names = fn.attrs["outputs"]
+    for _ in range(3):
+        p, state, metrics = step(p, state, batch)
+        outs, _ = device({**mine, **batch})
+        got = dict(zip(names, outs))
+        mine = {k: got[k] for k in mine}
+        for k, v in {**p, **state, **metrics}.items():
+            np.testing.assert_array_equal(got[k], v)
