@@ -4,6 +4,7 @@ installed) the kernels compile as CUDA C++, reductions and every cast included."
 from __future__ import annotations
 
 import ast
+import dataclasses
 import shutil
 import subprocess
 import textwrap
@@ -22,15 +23,15 @@ SIGMOID = "def f(x: f32[4], b: f32[4]) -> f32[4] {\n    return sigmoid(x * 2.0 +
 SIGMOID_KERNEL = """\
 # @f at t.tdsl:2:22: mul, add, sigmoid
 adc_f_0 = cupy.ElementwiseKernel(
-    'float32 in0, float32 in1',
-    'float32 out0',
+    'float32 x0, float32 x1',
+    'float32 y0',
     r'''
     const float t0 = 2.0f;
-    const float t1 = in0 * t0;
-    const float t2 = t1 + in1;
+    const float t1 = x0 * t0;
+    const float t2 = t1 + x1;
     const float t3 = expf(-fabsf(t2));
     const float t4 = t2 >= 0.0f ? 1.0f / (1.0f + t3) : t3 / (1.0f + t3);
-    out0 = t4;
+    y0 = t4;
 ''',
     'adc_f_0', preamble=PREAMBLE)
 """
@@ -40,17 +41,17 @@ WHERE = ("def g(x: f64[B, 3], y: f64[3]) -> f64[B, 3] {\n"
 WHERE_KERNEL = """\
 # @g at t.tdsl:2:20: gt, maximum, pow, gelu, where
 adc_g_0 = cupy.ElementwiseKernel(
-    'float64 in0, float64 in1',
-    'float64 out0',
+    'float64 x0, float64 x1',
+    'float64 y0',
     r'''
     const double t0 = 0.5;
     const double t1 = 2.0;
-    const bool t2 = in0 > in1;
-    const double t3 = adc_max(in0, t0);
+    const bool t2 = x0 > x1;
+    const double t3 = adc_max(x0, t0);
     const double t4 = pow(t3, t1);
-    const double t5 = 0.5 * in1 * (1.0 + erf(in1 * 0.7071067811865476));
+    const double t5 = 0.5 * x1 * (1.0 + erf(x1 * 0.7071067811865476));
     const double t6 = t2 ? t4 : t5;
-    out0 = t6;
+    y0 = t6;
 ''',
     'adc_g_0', preamble=PREAMBLE)
 """
@@ -60,17 +61,17 @@ SUMSQ = ("def r(x: f32[B, 4], y: f32[4]) -> f32[B] {\n"
 SUMSQ_KERNEL = """\
 # @r at t.tdsl:2:26: sub, square, mean
 # launch: axis=(1,), keepdims=False
-adc_r_0 = cupy.ReductionKernel(
-    'float32 in0, float32 in1',
-    'float32 out0',
-    'adc_r_0_map(in0, in1)',
+adc_r_0_mean = cupy.ReductionKernel(
+    'float32 x0, float32 x1',
+    'float32 y0',
+    'adc_map(x0, x1)',
     'a + b',
-    'out0 = (float)(a / (float)(_in_ind.size() / _out_ind.size()))',
+    'y0 = (float)(a / (float)(_in_ind.size() / _out_ind.size()))',
     '0',
-    'adc_r_0', reduce_type='float',
+    'adc_r_0_mean', reduce_type='float',
     preamble=PREAMBLE + r'''
-__device__ __forceinline__ float adc_r_0_map(const float in0, const float in1) {
-    const float t0 = in0 - in1;
+__device__ __forceinline__ float adc_map(const float x0, const float x1) {
+    const float t0 = x0 - x1;
     const float t1 = t0 * t0;
     return t1;
 }
@@ -83,17 +84,17 @@ MAXH_KERNELS = """\
 # @m at t.tdsl:2:16: exp, mul, max
 # launch: axis=(0,), keepdims=True
 adc_m_0 = cupy.ReductionKernel(
-    'float16 in0',
-    'float16 out0',
-    'adc_m_0_map(in0)',
+    'float16 x0',
+    'float16 y0',
+    'adc_map(x0)',
     'adc_max(a, b)',
-    'out0 = (float16)(a)',
+    'y0 = (float16)(a)',
     '(-__int_as_float(0x7f800000))',
     'adc_m_0', reduce_type='float',
     preamble=PREAMBLE + r'''
-__device__ __forceinline__ float16 adc_m_0_map(const float16 in0) {
+__device__ __forceinline__ float16 adc_map(const float16 x0) {
     const float16 t0 = (float16)(2.0f);
-    const float16 t1 = (float16)(expf((float)in0));
+    const float16 t1 = (float16)(expf((float)x0));
     const float16 t2 = (float16)((float)t1 * (float)t0);
     return t2;
 }
@@ -102,17 +103,17 @@ __device__ __forceinline__ float16 adc_m_0_map(const float16 in0) {
 # @m at t.tdsl:2:60: mul, min
 # launch: axis=(0, 1), keepdims=False
 adc_m_1 = cupy.ReductionKernel(
-    'int32 in0',
-    'int32 out0',
-    'adc_m_1_map(in0)',
+    'int32 x0',
+    'int32 y0',
+    'adc_map(x0)',
     'adc_min(a, b)',
-    'out0 = a',
+    'y0 = a',
     '2147483647',
     'adc_m_1', reduce_type='int',
     preamble=PREAMBLE + r'''
-__device__ __forceinline__ int adc_m_1_map(const int in0) {
+__device__ __forceinline__ int adc_map(const int x0) {
     const int t0 = 3;
-    const int t1 = in0 * t0;
+    const int t1 = x0 * t0;
     return t1;
 }
 ''')
@@ -154,15 +155,15 @@ def test_cast_and_stop_gradient_formulas():
     assert "const float16 t2 = (float16)(t1);" in ops       # one rounding from double
     assert "const int t2 = (int)(t1);" in ops               # truncation toward zero
     assert "const bool t2 = t1 != 0.0f;" in ops             # NaN != 0 is true, as NumPy
-    assert "const float t1 = in0;\nconst float t2 = t1 + t0;" in ops
+    assert "const float t1 = x0;\nconst float t2 = t1 + t0;" in ops
 
 
 def test_float16_computes_in_float_and_rounds_each_op():
     (spec,) = specs(MIXED)
-    assert spec.in_params == "float16 in0, int32 in1"
-    assert spec.out_params == "float16 out0, bool out1"
-    assert "const float16 t1 = (float16)(expf((float)in0));" in spec.operation
-    assert "const bool t3 = (float)t2 >= (float)in1;" in spec.operation
+    assert spec.in_params == "float16 x0, int32 x1"
+    assert spec.out_params == "float16 y0, bool y1"
+    assert "const float16 t1 = (float16)(expf((float)x0));" in spec.operation
+    assert "const bool t3 = (float)t2 >= (float)x1;" in spec.operation
 
 
 def test_literals_are_rounded_to_their_dtype():
@@ -189,7 +190,7 @@ def test_cli_emit_cuda(capsys, tmp_path):
     assert cli.main(["compile", str(path), "--emit", "cuda", "--mode", "forward"]) == 0
     out = capsys.readouterr().out
     ast.parse(out)
-    assert "adc_r_0 = cupy.ReductionKernel(" in out and "adc_r_0_map(in0, in1)" in out
+    assert "adc_r_0_mean = cupy.ReductionKernel(" in out and "adc_map(x0, x1)" in out
 
 
 # ---- CUDA C++ check with nvcc ---------------------------------------------------------
@@ -294,6 +295,10 @@ def test_kernels_compile_with_nvcc(tmp_path):
     assert {s.reduce_type for s in reductions} >= {"float", "double", "int", "long long"}
     assert {s.identity for s in reductions} >= {"0", "(-__int_as_float(0x7f800000))",
                                                 "2147483647"}
+    # one source for every kernel: each map function gets its kernel's name
+    kernels = [dataclasses.replace(s, operation=s.operation.replace("adc_map(", f"{s.name}_map("),
+                                   preamble=s.preamble.replace("adc_map(", f"{s.name}_map("))
+               for s in kernels]
     maps = "".join(s.preamble[len(PREAMBLE):] for s in kernels)
     src = "#include <cuda_fp16.h>\ntypedef __half float16;\n" + PREAMBLE + maps + "\n".join(
         cuda_check_source(s) for s in kernels)

@@ -62,7 +62,7 @@ def fake_cupy(fused_by_name: dict, calls: list):
             self.op, self.name = fused_by_name[name], name
             self.n_in = len(in_params.split(","))
             assert len(out_params.split(",")) == len(self.op.results) == 1
-            assert map_expr.startswith(f"{name}_map(") and f" {name}_map(" in preamble
+            assert map_expr.startswith("adc_map(x0") and " adc_map(const " in preamble
             assert reduce_type and identity
             calls.append(("build", name))
 

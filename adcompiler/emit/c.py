@@ -24,6 +24,13 @@ STORAGE = {"f16": "float16", "f32": "float", "f64": "double", "i32": "int",
            "i64": "long long", "bool": "bool"}
 COMPUTE = {**STORAGE, "f16": "float"}  # float16 arithmetic runs in float
 
+# Kernel parameters are x0, x1, ... (inputs) and y0, y1, ... (outputs), and a reduction's map
+# function is MAP. Not in0/out0: CuPy's CUB reduction path declares its own in0/out0 and
+# their types only when the kernel's first parameters are named otherwise, and renames them
+# by text in the map and post-map expressions (which therefore must not contain the names
+# elsewhere: hence one map function name for every kernel, each compiled on its own).
+IN, OUT, MAP = "x", "y", "adc_map"
+
 _FLOAT_FNS = ("exp", "log", "log1p", "expm1", "sqrt", "sin", "cos", "tanh", "floor", "ceil",
               "rint", "fabs", "pow", "erf")
 
@@ -121,5 +128,5 @@ class Reduce:
                 identity = literal(float("-inf" if self.kind == "max" else "inf"),
                                    "f32" if rt == "float" else "f64")
         value = f"a / ({rt})(_in_ind.size() / _out_ind.size())" if self.mean else "a"
-        post = f"out0 = {value}" if out == rt and not self.mean else f"out0 = ({out})({value})"
-        return expr_, identity, rt, post
+        value = value if out == rt and not self.mean else f"({out})({value})"
+        return expr_, identity, rt, f"{OUT}0 = {value}"

@@ -10,7 +10,7 @@ round half to even). Arithmetic runs in the result's type, with float16 computed
 and rounded back after every op, as NumPy does.
 
 A group closed by a reduction (an op with ``cuda_reduce`` facts) becomes a ReductionKernel:
-its elementwise statements go into a ``__device__`` function ``<kernel>_map`` in the
+its elementwise statements go into a ``__device__`` function ``adc_map`` in the
 kernel's preamble, returning the reduction's operand rounded to its dtype; ``map_expr``
 calls it, and the reduction gives ``reduce_expr``, ``identity`` and ``post_map_expr``:
 
@@ -18,7 +18,10 @@ calls it, and the reduction gives ``reduce_expr``, ``identity`` and ``post_map_e
   f64 and ``long long`` for integers and bools (an i32 sum wraps as NumPy's int64 sum
   cast back to i32 does);
 * ``mean``: the float sum divided by the count of reduced elements,
-  ``_in_ind.size() / _out_ind.size()`` (f16 accumulates in float, as NumPy's mean does);
+  ``_in_ind.size() / _out_ind.size()`` (f16 accumulates in float, as NumPy's mean does).
+  CuPy's CUB path has no ``_in_ind``: it rewrites these two counts in the post-map (to the
+  segment or array size) for kernels whose name contains ``mean``, as for its own
+  ``cupy.mean``, so a mean's kernel is named ``adc_<function>_<k>_mean``;
 * ``max``/``min``: NaN-propagating ``adc_max``/``adc_min`` from -inf/+inf (floats; a
   slice of NaNs gives NaN, as in NumPy) or the integer type's extreme.
 
@@ -28,7 +31,8 @@ The launch passes ``axis`` (normalized, sorted) and ``keepdims`` from the reduct
 order than NumPy's pairwise summation, so reduction results agree with NumPy to rounding
 (about ``n * eps`` relative for n reduced elements), not bitwise; max and min are exact.
 
-Kernel names are ``adc_<function>_<k>``, `k` counting the fused ops of the function in
+Kernels take ``x0, x1, ...`` (operands, then captures) and write ``y0, y1, ...`` (see
+`adcompiler.emit.c`). Kernel names are ``adc_<function>_<k>``, `k` counting the fused ops of the function in
 order, so the same program always gives the same source.
 """
 from __future__ import annotations
@@ -39,7 +43,8 @@ from ..ir.core import Function, Module, Op, Value
 from ..ops import registry
 from ..ops.registry import has_trait
 from ..ops.reduce import reduced_axes
-from .c import COMPUTE, PARAM_TYPE, STORAGE, literal, math_fn  # noqa: F401  (re-exported)
+from .c import (COMPUTE, IN, MAP, OUT, PARAM_TYPE, STORAGE,  # noqa: F401  (re-exported)
+                literal, math_fn)
 from .names import comment_text, sanitize
 
 # helpers whose NaN behaviour matches NumPy's maximum/minimum (fmaxf would drop a NaN)
@@ -137,7 +142,7 @@ class _KernelWriter:
         body = self.op.regions[0]
         inputs = list(body.args)
         for k, a in enumerate(inputs):
-            self.names[a] = f"in{k}"
+            self.names[a] = f"{IN}{k}"
         defined = set(inputs) | {r for o in body.ops for r in o.results}
         captures = []
         for o in body.ops:
@@ -145,7 +150,7 @@ class _KernelWriter:
                 if v not in defined and v not in captures:
                     captures.append(v)
         for v in captures:
-            self.names[v] = f"in{len(inputs) + captures.index(v)}"
+            self.names[v] = f"{IN}{len(inputs) + captures.index(v)}"
         red = reduction_of(self.op)
         for o in body.ops:
             if o is red:
@@ -153,7 +158,7 @@ class _KernelWriter:
                 break
             if has_trait(o, "terminator"):
                 for k, v in enumerate(o.operands):
-                    self.lines.append(f"out{k} = {self.names[v]};")
+                    self.lines.append(f"{OUT}{k} = {self.names[v]};")
             else:
                 self.names[o.result] = self.statement(o)
         return inputs + captures, captures, "\n".join(self.lines)
@@ -198,14 +203,16 @@ def reduce_parts(red: Op) -> tuple[str, str, str, str]:
 def _reduction_spec(red: Op, name: str, where: str, inputs, captures,
                     statements: str) -> KernelSpec:
     operand = red.operands[0].type
-    args = ", ".join(f"const {STORAGE[v.type.dtype]} in{k}" for k, v in enumerate(inputs))
+    args = ", ".join(f"const {STORAGE[v.type.dtype]} {IN}{k}" for k, v in enumerate(inputs))
     body = "\n".join("    " + line for line in statements.splitlines())
-    map_fn = (f"__device__ __forceinline__ {STORAGE[operand.dtype]} {name}_map({args}) {{\n"
+    map_fn = (f"__device__ __forceinline__ {STORAGE[operand.dtype]} {MAP}({args}) {{\n"
               f"{body}\n}}\n")
-    map_expr = f"{name}_map({', '.join(f'in{k}' for k in range(len(inputs)))})"
+    map_expr = f"{MAP}({', '.join(f'{IN}{k}' for k in range(len(inputs)))})"
     expr, identity, rt, post = reduce_parts(red)
-    ins = ", ".join(f"{PARAM_TYPE[v.type.dtype]} in{k}" for k, v in enumerate(inputs))
-    outs = f"{PARAM_TYPE[red.result.type.dtype]} out0"
+    if cuda_reduction(red.name).mean:
+        name += "_mean"  # see the module docstring
+    ins = ", ".join(f"{PARAM_TYPE[v.type.dtype]} {IN}{k}" for k, v in enumerate(inputs))
+    outs = f"{PARAM_TYPE[red.result.type.dtype]} {OUT}0"
     if cuda_reduction(red.name).to_shape:
         axis, keepdims, to_shape = (), True, tuple(red.attrs["shape"])
     else:
@@ -224,8 +231,8 @@ def kernel_spec(op: Op, name: str, where: str = "") -> KernelSpec:
     red = reduction_of(op)
     if red is not None:
         return _reduction_spec(red, name, where, inputs, captures, operation)
-    ins = ", ".join(f"{PARAM_TYPE[v.type.dtype]} in{k}" for k, v in enumerate(inputs))
-    outs = ", ".join(f"{PARAM_TYPE[r.type.dtype]} out{k}" for k, r in enumerate(op.results))
+    ins = ", ".join(f"{PARAM_TYPE[v.type.dtype]} {IN}{k}" for k, v in enumerate(inputs))
+    outs = ", ".join(f"{PARAM_TYPE[r.type.dtype]} {OUT}{k}" for k, r in enumerate(op.results))
     return KernelSpec(name, ins, outs, operation, tuple(captures), where)
 
 
@@ -267,7 +274,7 @@ def emit_cuda(module: Module) -> str:
     specs = kernel_specs(ensure_fused(module))
     parts = ['"""CUDA kernels of the fused groups, emitted by adc (one cupy.ElementwiseKernel\n'
              'each, or a cupy.ReductionKernel where a reduction closes the group; inputs\n'
-             'in0.., outputs out0..)."""',
+             f'{IN}0.., outputs {OUT}0..)."""',
              "import cupy", "", f"PREAMBLE = r'''\n{PREAMBLE}'''", ""]
     parts += [s.python() for s in specs.values()]
     if not specs:
