@@ -35,12 +35,14 @@ CuPy is imported only by `load_cupy`, i.e. only when the CUDA device is asked fo
 """
 from __future__ import annotations
 
+import itertools
 from typing import Any, Mapping
 
 from .executor import Executor, Runner, RunError
 from .kernels import DTYPES
 
 _KERNELS: dict[tuple, Any] = {}
+_HOOK_IDS = itertools.count()
 
 
 def load_cupy():
@@ -99,22 +101,31 @@ def _check_extremum(red, resolve) -> None:
 
 
 def peak_memory_hook(cupy):
-    """A fresh `cupy.cuda.MemoryHook` tracking bytes in use and their high-water mark."""
+    """A fresh `cupy.cuda.MemoryHook` tracking bytes in use and their high-water mark.
+
+    CuPy keeps active hooks by name (a second hook of one name is refused), so each gets its
+    own. Only blocks allocated while the hook is open count: a failed allocation (reported
+    with ``mem_ptr=0``) adds nothing, and freeing a block allocated before the hook opened
+    subtracts nothing, so ``used`` never goes below zero."""
 
     class PeakMemoryHook(cupy.cuda.MemoryHook):
-        name = "adc_peak_memory"
-
         def __init__(self):
             super().__init__()
+            self.name = f"adc_peak_memory_{next(_HOOK_IDS)}"
             self.used = 0
             self.peak = 0
+            self._blocks: dict[int, int] = {}
 
         def malloc_postprocess(self, **kw):
-            self.used += kw["mem_size"]
-            self.peak = max(self.peak, self.used)
+            ptr = kw["mem_ptr"]
+            if ptr:
+                self._blocks[ptr] = kw["mem_size"]
+                self.used += kw["mem_size"]
+                self.peak = max(self.peak, self.used)
 
         def free_postprocess(self, **kw):
-            self.used -= kw["mem_size"]
+            size = self._blocks.pop(kw["mem_ptr"], 0)
+            self.used -= size
 
     return PeakMemoryHook()
 

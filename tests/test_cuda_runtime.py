@@ -29,10 +29,18 @@ SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 
 
 class FakeHook:
+    """CuPy's MemoryHook registry: active hooks by name, a second of one name refused."""
+    active: dict = {}
+    name = "MemoryHook"
+
     def __enter__(self):
+        if self.name in self.active:
+            raise KeyError(f"memory hook {self.name} already exists")
+        self.active[self.name] = self
         return self
 
     def __exit__(self, *exc):
+        del self.active[self.name]
         return False
 
 
@@ -159,16 +167,47 @@ def specs_by(specs, name):
     return next(s for s in specs.values() if s.name == name)
 
 
+def _hook_events(hook, events):
+    for kind, ptr, size in events:
+        if kind == "malloc":
+            hook.malloc_postprocess(device_id=0, size=size, mem_size=size, mem_ptr=ptr,
+                                    pmem_id=0)
+        else:
+            hook.free_postprocess(device_id=0, mem_size=size, mem_ptr=ptr, pmem_id=0)
+
+
 def test_peak_hook_tracks_the_high_water_mark():
     cp = types.SimpleNamespace(cuda=types.SimpleNamespace(MemoryHook=FakeHook))
     hook = backend.peak_memory_hook(cp)
-    for size in (512, 1024):
-        hook.malloc_postprocess(device_id=0, size=size, mem_size=size, mem_ptr=0, pmem_id=0)
-    hook.free_postprocess(device_id=0, mem_size=512, mem_ptr=0, pmem_id=0)
-    hook.malloc_postprocess(device_id=0, size=100, mem_size=512, mem_ptr=0, pmem_id=0)
+    _hook_events(hook, [("malloc", 0x1000, 512), ("malloc", 0x2000, 1024),
+                        ("free", 0x1000, 512), ("malloc", 0x1000, 512)])
     assert (hook.used, hook.peak) == (1536, 1536)
-    hook.malloc_postprocess(device_id=0, size=100, mem_size=512, mem_ptr=0, pmem_id=0)
-    assert hook.peak == 2048
+    _hook_events(hook, [("malloc", 0x3000, 512)])
+    assert (hook.used, hook.peak) == (2048, 2048)
+
+
+def test_peak_hook_counts_only_its_own_successful_allocations():
+    cp = types.SimpleNamespace(cuda=types.SimpleNamespace(MemoryHook=FakeHook))
+    hook = backend.peak_memory_hook(cp)
+    # CuPy reports a failed allocation with mem_ptr=0; a block from before the hook opened
+    # (a reused runner's arena) is freed while it is open
+    _hook_events(hook, [("malloc", 0, 1 << 30), ("malloc", 0x1000, 256),
+                        ("free", 0x9000, 4096), ("free", 0x1000, 256)])
+    assert (hook.used, hook.peak) == (0, 256)
+
+
+def test_two_peak_hooks_can_be_open_at_once():
+    cp = types.SimpleNamespace(cuda=types.SimpleNamespace(MemoryHook=FakeHook))
+    with backend.peak_memory_hook(cp) as outer, backend.peak_memory_hook(cp) as inner:
+        assert outer.name != inner.name
+    assert not FakeHook.active
+
+
+def test_two_peak_hooks_open_at_once_in_cupy():
+    cupy = pytest.importorskip("cupy")
+    with backend.peak_memory_hook(cupy) as outer, backend.peak_memory_hook(cupy) as inner:
+        hooks = cupy.cuda.memory_hook.get_memory_hooks()
+        assert hooks[outer.name] is outer and hooks[inner.name] is inner
 
 
 @pytest.mark.skipif(importlib.util.find_spec("cupy") is not None, reason="CuPy is installed")
