@@ -163,7 +163,39 @@ def test_float16_computes_in_float_and_rounds_each_op():
     assert spec.in_params == "float16 x0, int32 x1"
     assert spec.out_params == "float16 y0, bool y1"
     assert "const float16 t1 = (float16)(expf((float)x0));" in spec.operation
-    assert "const bool t3 = (float)t2 >= (float)x1;" in spec.operation
+    assert "const bool t3 = (double)t2 >= (double)x1;" in spec.operation  # as NumPy
+
+
+def test_comparisons_run_in_numpys_comparison_type():
+    # NumPy compares f32 16777216 and i32 16777217 in float64 (unequal), not in float32
+    import re
+
+    import numpy as np
+    npt = {"f16": np.float16, "f32": np.float32, "f64": np.float64, "i32": np.int32,
+           "i64": np.int64, "bool": np.bool_}
+    ctype = {"float16": "float", "float32": "float", "float64": "double", "int32": "int",
+             "int64": "long long", "bool": "bool"}  # float16 compares exactly in float
+    storage = {"f16": "float16", "f32": "float", "f64": "double", "i32": "int",
+               "i64": "long long", "bool": "bool"}
+    for a in DTYPES:
+        for b in DTYPES:
+            if a != b and a.startswith("f") and b.startswith("f"):
+                continue  # mixed float widths need a cast
+            src = f"def c(a: {a}[4], b: {b}[4]) -> bool[4] {{\n    return a >= b\n}}\n"
+            (spec,) = kernel_specs(Fuse(min_ops=1)(compile_source(src, "c.tdsl"))).values()
+            m = re.search(r"= (\(([a-z ]+)\))?x0 >= (\(([a-z ]+)\))?x1;", spec.operation)
+            want = ctype[np.result_type(npt[a], npt[b]).name]
+            assert (m.group(2) or storage[a], m.group(4) or storage[b]) == (want, want), \
+                (a, b, spec.operation)
+
+
+def test_sign_of_zero_is_positive_zero_and_of_nan_nan():
+    # NumPy: sign(-0.0) is +0.0, sign(nan) is nan; `x == 0 ? 0 : x` keeps NaN, drops -0
+    src = "def s(x: f32[4], d: f64[4]) -> (f32[4], f64[4]) {\n    return sign(x), sign(d)\n}\n"
+    ops = "\n".join(s.operation for s in kernel_specs(Fuse(min_ops=1)(
+        compile_source(src, "s.tdsl"))).values())
+    assert "x0 > 0.0f ? 1.0f : (x0 < 0.0f ? -1.0f : (x0 == 0.0f ? 0.0f : x0))" in ops
+    assert "x0 > 0.0 ? 1.0 : (x0 < 0.0 ? -1.0 : (x0 == 0.0 ? 0.0 : x0))" in ops
 
 
 def test_literals_are_rounded_to_their_dtype():

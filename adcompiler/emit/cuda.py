@@ -6,8 +6,9 @@ CUDA formula (its registry entry's ``cuda``, declared beside the op in its famil
 see `adcompiler.emit.c`); intermediates are kernel locals, so the group reads its inputs
 and writes its outputs once. The formulas are those of ``adc_runtime.kernels`` (the stable
 sigmoid, softplus and bce_with_logits, the tanh GELU, NaN-propagating maximum/minimum,
-round half to even). Arithmetic runs in the result's type, with float16 computed in float
-and rounded back after every op, as NumPy does.
+round half to even, sign(-0.0) = +0.0). Arithmetic runs in the result's type, with float16
+computed in float and rounded back after every op, as NumPy does; comparisons run in NumPy's
+comparison type (double where a float meets an integer).
 
 A group closed by a reduction (an op with ``cuda_reduce`` facts) becomes a ReductionKernel:
 its elementwise statements go into a ``__device__`` function ``adc_map`` in the

@@ -164,8 +164,10 @@ def _softplus_cuda(w, ct, dt, op, a):
 
 
 def _sign_cuda(w, ct, dt, op, a):
+    """-1, 0 or 1; +0 for both zeros and NaN for NaN, as NumPy's sign."""
     zero = lit(0.0, ct)
-    return f"{a} > {zero} ? {lit(1.0, ct)} : ({a} < {zero} ? {lit(-1.0, ct)} : {a})"
+    return (f"{a} > {zero} ? {lit(1.0, ct)} : ({a} < {zero} ? {lit(-1.0, ct)} : "
+            f"({a} == {zero} ? {zero} : {a}))")
 
 
 def _int_identity(name):
@@ -359,9 +361,13 @@ _extremum("minimum", "lt", expr(lambda w, ct, dt, op, a, b: f"adc_min({a}, {b})"
 # ---- comparisons and where -----------------------------------------------------------
 
 def _compare(symbol):
-    """``a <symbol> b`` in the compute type of the operands' joined dtype."""
+    """``a <symbol> b`` in the type NumPy compares them in: double where a float meets an
+    i32 or i64 (``16777216.0f >= 16777217`` is false), else the joined dtype's."""
     def formula(w, op):
-        ct = COMPUTE[join_dtypes(*(v.type.dtype for v in op.operands))]
+        dtypes = [v.type.dtype for v in op.operands]
+        mixed = any(d.startswith("f") for d in dtypes) and any(d in ("i32", "i64")
+                                                                for d in dtypes)
+        ct = "double" if mixed else COMPUTE[join_dtypes(*dtypes)]
         a, b = (w.ref(v, ct) for v in op.operands)
         return w.let(op.result.type.dtype, f"{a} {symbol} {b}", "bool")
     return formula
