@@ -4,8 +4,8 @@ the solver proved."""
 import numpy as np
 import pytest
 
-from adcompiler.cli.compile import compile_program
-from adcompiler.cli.inputs import DimBinder, random_inputs
+import test_remat_dag
+
 from adcompiler.memory import predict_peak
 from adcompiler.remat.dag import build_problem
 from adcompiler.remat.explain import remat_stats
@@ -22,18 +22,12 @@ def pow_chain(n):
 
 
 def mlp(layers):
-    args = ", ".join(f"param W{k}: f64[8, 8]" for k in range(layers))
-    body = "".join(f"    h{k + 1} = tanh(h{k} @ W{k})\n" for k in range(layers))
-    return (f"def f(x: f64[32, 8], {args}) -> f64 {{\n    h0 = x\n{body}"
-            f"    return sum(h{layers} * h{layers})\n}}\n")
+    return test_remat_dag.chain(layers, rows=32, width=8)
 
 
 def compiled(tmp_path, text):
-    path = tmp_path / "p.tdsl"
-    path.write_text(text)
-    comp = compile_program(str(path), "reverse")
-    inputs, _ = random_inputs(comp.run_fn, DimBinder({}), 0)
-    return comp.module, {k: np.abs(v) + 0.5 for k, v in inputs.items()}   # pow: positive
+    module, inputs = test_remat_dag.compiled(tmp_path, text)
+    return module, {k: np.abs(v) + 0.5 for k, v in inputs.items()}   # pow: positive
 
 
 def measure(module, inputs):

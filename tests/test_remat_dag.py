@@ -25,11 +25,12 @@ def f(param a: f64[10, 1], param b: f64[1, 10]) -> f64 {
 """
 
 
-def chain(layers):
-    """h <- tanh(h @ W_k), unrolled; activations (f64[20, 4], 640 B) outweigh weights."""
-    args = ", ".join(f"param W{k}: f64[4, 4]" for k in range(layers))
+def chain(layers, rows=20, width=4):
+    """h <- tanh(h @ W_k), unrolled; by default activations (f64[20, 4], 640 B) outweigh
+    weights."""
+    args = ", ".join(f"param W{k}: f64[{width}, {width}]" for k in range(layers))
     body = "".join(f"    h{k + 1} = tanh(h{k} @ W{k})\n" for k in range(layers))
-    return (f"def f(x: f64[20, 4], {args}) -> f64 {{\n    h0 = x\n{body}"
+    return (f"def f(x: f64[{rows}, {width}], {args}) -> f64 {{\n    h0 = x\n{body}"
             f"    return sum(h{layers} * h{layers})\n}}\n")
 
 
