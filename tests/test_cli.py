@@ -303,7 +303,7 @@ def test_save_npz_failure_leaves_no_temporary(tmp_path, monkeypatch):
         f.write(b"partial")
         raise OSError("disk full")
 
-    monkeypatch.setattr(cli_output.np, "savez", boom)
+    monkeypatch.setattr(np, "savez", boom)
     with pytest.raises(AdcError, match="cannot write .*o.npz.*disk full"):
         cli_output.save_npz(str(tmp_path / "o.npz"), {"out": np.zeros(2)})
     assert os.listdir(tmp_path) == []

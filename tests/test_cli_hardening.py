@@ -139,11 +139,9 @@ def test_out_onto_a_directory_or_a_missing_folder_fails_before_the_run(tmp_path,
 def test_out_write_failures_are_named(code, fragment, tmp_path, capsys, monkeypatch):
     import os
 
-    from adcompiler.cli import output
-
     def fail(f, **arrays):  # what writing to a full device or a read-only folder raises
         raise OSError(code, os.strerror(code))
-    monkeypatch.setattr(output.np, "savez", fail)
+    monkeypatch.setattr(np, "savez", fail)
     rc, err = adc(["run", TINY, "--out", tmp_path / "o.npz"], capsys)
     assert rc == 1 and f"cannot write '{tmp_path / 'o.npz'}': {fragment}" in err, err
 

@@ -230,3 +230,72 @@ def test_cli_outputs(tmp_path, capsys, option, umask_027):
         assert rc == 1 and f"cannot write '{target}'" in err and reason in err, err
         assert "Traceback" not in err
     assert leftovers(tmp_path) == []
+
+
+# ---- the script part of an emitted Python program follows the same rule -----------------
+
+# runs an emitted program as a script with `adcompiler` unimportable and the umask 027
+RUN_EMITTED = """
+import os, runpy, sys
+sys.modules["adcompiler"] = None
+os.umask(0o027)
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_emitted_program_writes_its_output_like_the_cli(tmp_path, capsys):
+    prog = tmp_path / "prog.py"
+    assert main(["compile", str(SAMPLES / "chain_rule.tdsl"), "--emit", "python", "-o",
+                 str(prog)]) == 0, capsys.readouterr().err
+    x, w1, w2 = np.array([0.5]), np.array([[0.3], [-0.2]]), np.array([[1.5, -0.7]])
+    np.savez(tmp_path / "in.npz", x=x, W1=w1, W2=w2)
+    a = 1 / (1 + np.exp(-(w1 @ x)))
+    want = float((w2 @ a)[0] ** 2)
+
+    def script(out: Path, **kw) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", RUN_EMITTED, str(prog),
+                               str(tmp_path / "in.npz"), str(out)],
+                              capture_output=True, text=True, timeout=60, **kw)
+
+    def result(data: bytes | Path) -> float:
+        with np.load(__import__("io").BytesIO(data) if isinstance(data, bytes) else data) as z:
+            return float(z["out"])
+    # a new file: the umask's mode
+    proc = script(tmp_path / "new.npz")
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_IMODE((tmp_path / "new.npz").stat().st_mode) == 0o640
+    assert result(tmp_path / "new.npz") == pytest.approx(want, rel=1e-5)
+    # an existing file behind a symlink: the link is followed, the file replaced by a
+    # rename (a reader never sees half an archive) keeps its mode
+    (tmp_path / "real.npz").write_bytes(b"old")
+    os.chmod(tmp_path / "real.npz", 0o604)
+    (tmp_path / "link").symlink_to("real.npz")
+    inode = (tmp_path / "real.npz").stat().st_ino
+    assert script(tmp_path / "link").returncode == 0
+    assert (tmp_path / "link").is_symlink()
+    assert (tmp_path / "real.npz").stat().st_ino != inode  # replaced whole, not rewritten
+    assert stat.S_IMODE((tmp_path / "real.npz").stat().st_mode) == 0o604
+    assert result(tmp_path / "real.npz") == pytest.approx(want, rel=1e-5)
+    # a FIFO: written through, its reader gets the archive
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    assert script(fifo).returncode == 0
+    reader.join(30)
+    assert stat.S_ISFIFO(fifo.lstat().st_mode) and result(got[0]) == pytest.approx(want, 1e-5)
+    # a device, directly and through a symlink: written through, still a device
+    null = device(tmp_path, "null")
+    (tmp_path / "to-null").symlink_to(null)
+    for target in (null, tmp_path / "to-null"):
+        assert script(target).returncode == 0
+        assert stat.S_ISCHR(null.lstat().st_mode)
+    # an error: a message naming the file, exit 1, no traceback, nothing left behind
+    for target, reason in [(device(tmp_path, "full"), "no space left"),
+                           (tmp_path, "is a directory")]:
+        proc = script(target)
+        assert proc.returncode == 1 and f"cannot write '{target}'" in proc.stderr
+        assert reason in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert leftovers(tmp_path) == []

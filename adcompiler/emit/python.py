@@ -1,11 +1,11 @@
 """Emit an IR module as a readable, standalone Python module of NumPy code.
 
-The emitted module imports only ``numpy`` and ``adc_runtime.kernels`` and calls the same
-kernel table as the executor, one line per op, so it computes the same numbers as
-``adc run``. Each IR function becomes a Python function that binds its symbolic dimensions
-from the shapes of its arguments; ``for`` ops become Python loops that stack their
-per-iteration outputs; ``fused`` groups are emitted inline, op by op; a comment names the TDSL
-line behind each group of ops.
+The emitted module imports only ``numpy`` and ``adc_runtime`` (its kernel table; its file
+writer when run as a script) and calls the same kernels as the executor, one line per op, so
+it computes the same numbers as ``adc run``. Each IR function becomes a Python function that
+binds its symbolic dimensions from the shapes of its arguments; ``for`` ops become Python
+loops that stack their per-iteration outputs; ``fused`` groups are emitted inline, op by op; a
+comment names the TDSL line behind each group of ops.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ RESERVED = {"np", "K", "dims", "range", "float", "str", "ValueError"}
 # names the script part of the module uses, kept free of function names
 MAIN_LOCALS = {"sys", "_main", "argv", "data", "dtypes", "inputs", "outs", "names", "name",
                "value", "saves", "len", "print", "zip", "int", "dict", "__import__",
-               "__name__"}
+               "__name__", "AdcError", "save_npz", "e"}
 
 _MAIN = '''
 def _main(argv):
@@ -44,8 +44,13 @@ def _main(argv):
         print(f"{{name}}: shape {{value.shape}} {{value.dtype}}")
         print(np.array2string(np.asarray(value), precision=6))
     saves = [a for a in argv[2:] if "=" not in a]
-    if saves:
-        np.savez(saves[0], **dict(zip(names, outs)))
+    if saves:  # atomic for a regular file, written through for a device or a FIFO
+        from adc_runtime.errors import AdcError
+        from adc_runtime.files import save_npz
+        try:
+            save_npz(saves[0], dict(zip(names, outs)))
+        except AdcError as e:
+            sys.exit(f"error: {{e}}")
 
 
 if __name__ == "__main__":
