@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 
 # the root of the hierarchy lives in the runtime, so that its RunError is an AdcError too
-from adc_runtime.errors import AdcError, RunError, UnboundDimError  # noqa: F401
+from adc_runtime.errors import AdcError, InternalError, RunError, UnboundDimError  # noqa: F401
 
 # The line breaks of TDSL and IR text: both parsers normalize them to "\n" first, and the
 # renderer splits on the same set, so a form feed or U+2028 never shifts the reported line.

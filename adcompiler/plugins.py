@@ -54,7 +54,7 @@ def register_op(name: str, infer: Callable, *, kernel: Callable | None,
     `replace=True` overrides an earlier registration of `name` (e.g. on reloading a module);
     otherwise a second registration is an error, as for built-in ops.
     """
-    from adc_runtime.kernels import KERNELS
+    from adc_runtime.kernels import KERNELS, PLUGIN_OPS
     from adc_runtime.kernels import kernel as register_kernel
     if replace:
         unregister_op(name)
@@ -67,6 +67,7 @@ def register_op(name: str, infer: Callable, *, kernel: Callable | None,
                               index_bound=index_bound, batch=batch)
     if kernel is not None:
         register_kernel(name, fresh=fresh)(_guard_kernel(name, kernel))
+    PLUGIN_OPS.add(name)
     return opdef
 
 
@@ -117,7 +118,8 @@ def _guard_kernel(name: str, kernel: Callable) -> Callable:
 
 def unregister_op(name: str) -> None:
     """Forget op `name` and its kernel (a no-op for names never registered)."""
-    from adc_runtime.kernels import FRESH, KERNELS
+    from adc_runtime.kernels import FRESH, KERNELS, PLUGIN_OPS
+    PLUGIN_OPS.discard(name)
     registry.REGISTRY.pop(name, None)
     KERNELS.pop(name, None)
     FRESH.pop(name, None)

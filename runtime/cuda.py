@@ -19,6 +19,12 @@ measured peak device memory.
   ``out=``), the single-ufunc ops and loops' stacks write into one device arena per
   function, allocated on the executor's first call and reused by every later step.
 * Scalar constants are uploaded once per executor, not once per use.
+* A fused kernel that fails to build, compile or launch is reported at the group's first op
+  (``FILE:LINE:COL``, the kernel's name, its ops and the compiler's first error): a
+  `RunError` where the user's part is at fault (device memory exhausted, or a plugin op's
+  formula in the group), else an `InternalError` (the generated source or its launch is
+  adc's bug; the command line exits 3). CuPy launches asynchronously, so a fault inside a
+  running kernel (an illegal address) surfaces at the next synchronisation, unlocated.
 * `PeakMemoryHook` follows the memory pool's mallocs and frees (``MemoryPool`` keeps no
   high-water mark): ``peak_bytes_measured`` is the most device memory held by arrays at
   once, inputs included, next to ``peak_bytes`` (the executor's SSA accounting).
@@ -38,8 +44,9 @@ from __future__ import annotations
 import itertools
 from typing import Any, Mapping
 
+from .errors import InternalError
 from .executor import Executor, Runner, RunError
-from .kernels import DTYPES
+from .kernels import DTYPES, PLUGIN_OPS
 
 _KERNELS: dict[tuple, Any] = {}
 _HOOK_IDS = itertools.count()
@@ -76,6 +83,31 @@ def build_kernel(cupy, spec):
                                           spec.name, preamble=spec.preamble)
         _KERNELS[key] = kern
     return kern
+
+
+def kernel_error(cupy, op, spec, e: Exception) -> Exception:
+    """The located error for the fused op `op` whose kernel (`spec`) raised `e` while being
+    built, compiled or launched."""
+    members = spec.where.split(": ", 1)[-1] if spec.where else "fused group"
+    what = f"the CUDA kernel {spec.name} ({members})"
+    if isinstance(e, _error_class(cupy, "memory", "OutOfMemoryError", MemoryError)):
+        return RunError(f"{what} ran out of device memory: {e}", op.loc)
+    if isinstance(e, _error_class(cupy, "compiler", "CompileException")):
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        first = next((line for line in lines if "error" in line), lines[0] if lines else "")
+        text = f"{what} does not compile: {first}"
+    else:
+        text = f"{what} failed to launch ({type(e).__name__}: {e})"
+    user = {o.name for o in op.regions[0].ops} & PLUGIN_OPS
+    if user:
+        return RunError(f"{text}; the group contains the plugin op "
+                        f"'{sorted(user)[0]}'", op.loc)
+    return InternalError(f"{text}; this is a bug in adc", op.loc)
+
+
+def _error_class(cupy, module: str, name: str, default=()):
+    """``cupy.cuda.<module>.<name>``, or `default` where this CuPy has no such class."""
+    return getattr(getattr(getattr(cupy, "cuda", None), module, None), name, default)
 
 
 def sum_to_axes(shape, target) -> tuple[int, ...]:
@@ -175,15 +207,24 @@ class CudaExecutor(Executor):
         spec = self.specs.get(op)
         if spec is None:
             return super().run_fused(op, env, args)
-        xp = self.xp
-        kern = build_kernel(xp, spec)
         captured = [env[v] for v in spec.captures]
         if getattr(spec, "kind", "elementwise") == "reduction":
             _check_extremum(op.regions[0].ops[-2], self._resolve)
-            return [self._reduce(kern, spec, op.results[0], [*args, *captured])]
+            return [self._launch(op, spec, lambda kern: self._reduce(
+                kern, spec, op.results[0], [*args, *captured]))]
         outs = [self.result_buffer(r) for r in op.results]
-        kern(*args, *captured, *outs)
+        self._launch(op, spec, lambda kern: kern(*args, *captured, *outs))
         return outs
+
+    def _launch(self, op, spec, launch):
+        """`launch(kernel)` with `spec`'s kernel (CuPy compiles it at its first launch); a
+        failure becomes the located error of `kernel_error`."""
+        try:
+            return launch(build_kernel(self.xp, spec))
+        except (RunError, InternalError):
+            raise
+        except Exception as e:
+            raise kernel_error(self.xp, op, spec, e) from e
 
     def _reduce(self, kern, spec, result, ins):
         dtype = DTYPES[result.type.dtype]

@@ -7,6 +7,9 @@ without the runtime importing the compiler (`adcompiler.diagnostics` re-exports 
     ├── PluginError     a plugin failed to load (adcompiler.plugins)
     └── RunError        the data of a run: input names, shapes, dtypes, values
         └── UnboundDimError   a symbolic dimension nothing binds (also a KeyError)
+
+    InternalError       a bug of adc's own found at a known place of a program (not an
+                        AdcError: the command line reports it located and exits 3)
 """
 from __future__ import annotations
 
@@ -43,3 +46,17 @@ class UnboundDimError(RunError, KeyError):
         super().__init__(f"symbolic dimension '{dim}' is not bound: no input's shape sets "
                          f"it (bind it with dims={{'{dim}': N}}, or --bind {dim}=N)")
         self.dim = dim
+
+
+class InternalError(Exception):
+    """A fault of adc itself that shows at a known op of the user's program, such as a
+    generated CUDA kernel that does not compile: reported like an `AdcError` (``FILE:LINE:COL``
+    and caret), but with the exit status of an internal error."""
+
+    def __init__(self, message: str, loc=None):
+        super().__init__(message)
+        self.message = message
+        self.loc = loc
+
+    def __str__(self) -> str:
+        return f"{self.loc}: {self.message}" if self.loc is not None else self.message

@@ -1,17 +1,14 @@
-"""The CuPy backend's plumbing, checked on the CPU with a stand-in for CuPy: NumPy arrays,
-and an ElementwiseKernel that computes its fused op's region with NumPy, and a
-ReductionKernel that computes the region's elementwise part with NumPy and reduces it with
-the ``axis``/``keepdims`` the backend passes. It checks what the backend passes to a kernel
-(inputs, captures, then preallocated outputs of the declared shapes and dtypes; for a
-reduction the axes and keepdims), that kernels are built once per source, the peak-memory
-hook, and the one-line error of ``adc run --device cuda`` without CuPy. The real kernels run in
-test_cuda_gpu.py (``pytest -m cuda``)."""
+"""The CuPy backend's plumbing, checked on the CPU with the CuPy stand-in of cupy_standin.py
+(CuPy's kernel classes and argument checks; the fused op's region computed with NumPy). It
+checks what the backend passes to a kernel (inputs, captures, then preallocated outputs of
+the declared shapes and dtypes; for a reduction the axes and keepdims), that kernels are
+built once per source, the peak-memory hook, and the one-line error of ``adc run --device
+cuda`` without CuPy. The real kernels run in test_cuda_gpu.py (``pytest -m cuda``)."""
 from __future__ import annotations
 
 import importlib.util
 import json
 import types
-from collections import ChainMap
 from pathlib import Path
 
 import numpy as np
@@ -23,81 +20,10 @@ from adcompiler.emit.cuda import ensure_fused, kernel_specs
 from adcompiler.frontend import compile_source
 from adcompiler.passes.pipeline import run_pipeline
 from adc_runtime import cuda as backend
-from adc_runtime.executor import Executor, run_function
+from adc_runtime.executor import run_function
+from cupy_standin import MemoryHook, fake_cupy, get_memory_hooks  # noqa: F401 (fake_cupy: imported from here by other tests)
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
-
-
-class FakeHook:
-    """CuPy's MemoryHook registry: active hooks by name, a second of one name refused."""
-    active: dict = {}
-    name = "MemoryHook"
-
-    def __enter__(self):
-        if self.name in self.active:
-            raise KeyError(f"memory hook {self.name} already exists")
-        self.active[self.name] = self
-        return self
-
-    def __exit__(self, *exc):
-        del self.active[self.name]
-        return False
-
-
-def fake_cupy(fused_by_name: dict, calls: list):
-    """NumPy dressed as CuPy; kernels run their fused op's region with NumPy."""
-
-    class ElementwiseKernel:
-        def __init__(self, in_params, out_params, operation, name, preamble=""):
-            self.op, self.name = fused_by_name[name], name
-            self.n_in = len(in_params.split(","))
-            assert len(out_params.split(",")) == len(self.op.results)
-            calls.append(("build", name))
-
-        def __call__(self, *args):
-            ins, outs = args[:self.n_in], args[self.n_in:]
-            calls.append(("launch", self.name))
-            body = self.op.regions[0]
-            env = ChainMap(dict(zip(body.args, ins[:len(body.args)])))
-            got = Executor(None, np).run_fused(self.op, env, list(ins[:len(body.args)]))
-            for o, g in zip(outs, got):
-                assert o.shape == g.shape and o.dtype == g.dtype
-                o[...] = g
-
-    class ReductionKernel:
-        def __init__(self, in_params, out_params, map_expr, reduce_expr, post_map_expr,
-                     identity, name, reduce_type=None, preamble=""):
-            self.op, self.name = fused_by_name[name], name
-            self.n_in = len(in_params.split(","))
-            assert len(out_params.split(",")) == len(self.op.results) == 1
-            assert map_expr.startswith("adc_map(x0") and " adc_map(const " in preamble
-            assert reduce_type and identity
-            calls.append(("build", name))
-
-        def __call__(self, *args, axis, keepdims):
-            ins, (out,) = args[:self.n_in], args[self.n_in:]
-            calls.append(("launch", self.name, axis, keepdims))
-            body = self.op.regions[0]
-            env = ChainMap(dict(zip(body.args, ins[:len(body.args)])))
-            ex = Executor(None, np)
-            for inner in body.ops[:-2]:  # the map: every op before the reduction
-                env.maps[0].update(zip(inner.results, ex.run_op(inner, env)))
-            red = body.ops[-2]
-            x = env[red.operands[0]]
-            assert x.shape == np.broadcast_shapes(*(a.shape for a in ins))  # full shape
-            reduce = {"sum": np.sum, "sum_to": np.sum, "mean": np.mean, "max": np.max,
-                      "min": np.min}[red.name]
-            got = np.asarray(reduce(x, axis=axis, keepdims=keepdims))
-            assert out.shape == got.shape
-            out[...] = got
-
-    cp = types.ModuleType("numpy")  # kernels take NumPy's paths for a module named numpy
-    cp.__dict__.update({k: getattr(np, k) for k in dir(np) if not k.startswith("__")})
-    cp.ElementwiseKernel = ElementwiseKernel
-    cp.ReductionKernel = ReductionKernel
-    stream = types.SimpleNamespace(synchronize=lambda: None)
-    cp.cuda = types.SimpleNamespace(MemoryHook=FakeHook, get_current_stream=lambda: stream)
-    return cp
 
 
 @pytest.mark.parametrize("name", ["mlp", "attention", "rnn", "transformer_stack", "deep_mlp",
@@ -177,7 +103,7 @@ def _hook_events(hook, events):
 
 
 def test_peak_hook_tracks_the_high_water_mark():
-    cp = types.SimpleNamespace(cuda=types.SimpleNamespace(MemoryHook=FakeHook))
+    cp = types.SimpleNamespace(cuda=types.SimpleNamespace(MemoryHook=MemoryHook))
     hook = backend.peak_memory_hook(cp)
     _hook_events(hook, [("malloc", 0x1000, 512), ("malloc", 0x2000, 1024),
                         ("free", 0x1000, 512), ("malloc", 0x1000, 512)])
@@ -187,7 +113,7 @@ def test_peak_hook_tracks_the_high_water_mark():
 
 
 def test_peak_hook_counts_only_its_own_successful_allocations():
-    cp = types.SimpleNamespace(cuda=types.SimpleNamespace(MemoryHook=FakeHook))
+    cp = types.SimpleNamespace(cuda=types.SimpleNamespace(MemoryHook=MemoryHook))
     hook = backend.peak_memory_hook(cp)
     # CuPy reports a failed allocation with mem_ptr=0; a block from before the hook opened
     # (a reused runner's arena) is freed while it is open
@@ -197,10 +123,10 @@ def test_peak_hook_counts_only_its_own_successful_allocations():
 
 
 def test_two_peak_hooks_can_be_open_at_once():
-    cp = types.SimpleNamespace(cuda=types.SimpleNamespace(MemoryHook=FakeHook))
+    cp = types.SimpleNamespace(cuda=types.SimpleNamespace(MemoryHook=MemoryHook))
     with backend.peak_memory_hook(cp) as outer, backend.peak_memory_hook(cp) as inner:
         assert outer.name != inner.name
-    assert not FakeHook.active
+    assert not get_memory_hooks()
 
 
 def test_two_peak_hooks_open_at_once_in_cupy():

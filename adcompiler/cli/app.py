@@ -20,7 +20,7 @@ from .forward import (FORWARD_MODES, add_jacobian_command, add_tangents_argument
                           jacobian_main)
 from .remat import add_remat_arguments, add_remat_curve_command
 from .train import add_train_command
-from ..diagnostics import AdcError, render
+from ..diagnostics import AdcError, InternalError, render
 from ..ir.gcpause import fewer_collections
 from .argtypes import memory_size, nonneg_float, nonneg_int, plugin_name, positive_float
 
@@ -224,6 +224,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("adc: interrupted", file=sys.stderr)
         return 130
+    except InternalError as e:  # our bug, at a known op of the program
+        print(_render(e) + "\nadc: internal error; run again with --debug to see the "
+              "traceback", file=sys.stderr)
+        if debug:
+            traceback.print_exc()
+        return 3
     except MemoryError as e:  # a size the prediction did not cover (kernel temporaries)
         if debug:
             traceback.print_exc()

@@ -24,6 +24,9 @@ KERNELS: dict[str, Callable] = {}
 # op name -> whether its kernel always returns a new array, never an operand or a view of
 # one (NumPy and CuPy alike): True, False, or ``fn(op) -> bool`` deciding per IR op
 FRESH: dict[str, object] = {}
+# ops registered by plugins: their kernels and CUDA formulas are user code, so a fused CUDA
+# kernel that contains one and fails is the user's error, not adc's
+PLUGIN_OPS: set[str] = set()
 
 
 OUT_KERNELS: dict[str, Callable] = {}
