@@ -14,3 +14,13 @@ def cupy():
     except Exception as e:  # no driver
         pytest.skip(f"no usable CUDA GPU ({e})")
     return cp
+
+
+def pytest_collection_modifyitems(config, items):
+    """``slow`` tests (long sweeps) run only when ``-m`` names them (``-m slow``)."""
+    if "slow" in (config.getoption("markexpr") or ""):
+        return
+    skip = pytest.mark.skip(reason="slow: run with -m slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

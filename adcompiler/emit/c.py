@@ -4,9 +4,10 @@ An op's ``cuda`` slot is ``fn(w, op) -> str``: it appends what it needs to the k
 writer `w` (`adcompiler.emit.cuda`) and returns the name of the local that holds its
 result. Most ops compute one expression in their result's compute type; `expr` builds
 such a formula from ``rule(w, ct, dtype, op, *operand expressions) -> expression``, with
-the operands converted to the compute type `ct`. Arithmetic runs in the result's type, with
-float16 computed in float and rounded back after every op, as NumPy does; math functions are
-picked by type (``expf`` for float, ``exp`` for double).
+the operands converted to the compute type `ct` (through float16 where an integer joins a
+float16 result, as NumPy converts it). Arithmetic runs in the result's type, with float16
+computed in float and rounded back once per op (see `adcompiler.emit.cuda`); math functions
+are picked by type (``expf`` for float, ``exp`` for double).
 
 A reduction that may close a fused group declares `Reduce` facts in its ``cuda_reduce``
 slot instead. This module imports nothing from the compiler, so op families can use it.
@@ -73,7 +74,7 @@ def expr(rule):
     def formula(w, op):
         dtype = op.result.type.dtype
         ct = COMPUTE[dtype]
-        args = [w.ref(v, ct) for v in op.operands]
+        args = [w.ref(v, ct, dtype) for v in op.operands]
         return w.let(dtype, rule(w, ct, dtype, op, *args), ct)
     return formula
 

@@ -6,9 +6,19 @@ CUDA formula (its registry entry's ``cuda``, declared beside the op in its famil
 see `adcompiler.emit.c`); intermediates are kernel locals, so the group reads its inputs
 and writes its outputs once. The formulas are those of ``adc_runtime.kernels`` (the stable
 sigmoid, softplus and bce_with_logits, the tanh GELU, NaN-propagating maximum/minimum,
-round half to even, sign(-0.0) = +0.0). Arithmetic runs in the result's type, with float16
-computed in float and rounded back after every op, as NumPy does; comparisons run in NumPy's
-comparison type (double where a float meets an integer).
+round half to even, sign(-0.0) = +0.0). Arithmetic runs in the result's type, as NumPy's;
+comparisons run in NumPy's comparison type (double where a float meets an integer).
+
+float16 follows NumPy op by op, not inside an op. Every op's result is rounded to float16,
+and an integer or bool operand meeting a float16 one is rounded to float16 first (``0.5 +
+2049`` is ``0.5 + 2048``, which gives 2048), so ``add``, ``mul``, ``div``, ``maximum``,
+``where``, casts, comparisons and the other ops NumPy computes as one operation match it bit
+for bit. An op that NumPy's kernel computes in several float16 steps (``sigmoid``,
+``softplus``, ``gelu``, ``rsqrt``, ``leaky_relu``'s slope, ``bce``, ``bce_with_logits``)
+runs its whole formula in float and rounds once: the float32 result rounded to float16,
+which is what NumPy gives on the operands widened to float32 and is closer to exact than
+NumPy's float16 steps (``gelu(-2.5)``: -0.01553, exact -0.01552, NumPy -0.01526). Reductions
+of float16 accumulate in float (as NumPy's ``mean`` does) and round once.
 
 A group closed by a reduction (an op with ``cuda_reduce`` facts) becomes a ReductionKernel:
 its elementwise statements go into a ``__device__`` function ``adc_map`` in the
@@ -119,10 +129,16 @@ class _KernelWriter:
         self.lines: list[str] = []
         self.temps = 0
 
-    def ref(self, v: Value, ctype: str) -> str:
-        """`v` as an expression of type `ctype`."""
+    def ref(self, v: Value, ctype: str, dtype: str | None = None) -> str:
+        """`v` as an expression of type `ctype`; as an operand of an op whose result is
+        `dtype`, an integer or bool joining a float16 result is rounded to float16 first
+        (NumPy converts it to the result's dtype before the arithmetic)."""
         name = self.names[v]
-        return name if STORAGE[v.type.dtype] == ctype else f"({ctype}){name}"
+        if STORAGE[v.type.dtype] == ctype:
+            return name
+        if dtype == "f16" and v.type.dtype in ("i32", "i64", "bool"):
+            return f"({ctype})({STORAGE['f16']}){name}"
+        return f"({ctype}){name}"
 
     def let(self, dtype: str, expr: str, ctype: str) -> str:
         name = f"t{self.temps}"

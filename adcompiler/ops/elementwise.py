@@ -402,7 +402,7 @@ def _where_cuda(w, op):
     dtype = op.result.type.dtype
     ct = COMPUTE[dtype]
     cond = w.names[op.operands[0]]
-    a, b = (w.ref(v, ct) for v in op.operands[1:])
+    a, b = (w.ref(v, ct, dtype) for v in op.operands[1:])
     return w.let(dtype, f"{cond} ? {a} : {b}", ct)
 
 
