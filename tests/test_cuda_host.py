@@ -19,13 +19,16 @@ import pytest
 from adcompiler.cli.compile import compile_program
 from adcompiler.emit.cuda import REDUCTION, ensure_fused, kernel_specs
 from adcompiler.frontend import compile_source
-from adcompiler.ir.types import TensorType
+from adcompiler.ir.builder import Builder
+from adcompiler.ir.core import Block, Function, Module
+from adcompiler.ir.verifier import verify
 from adcompiler.ops import registry
 from adcompiler.passes.fuse import Fuse
 from adc_runtime import cuda as backend
 from adc_runtime.executor import run_function
 from cuda_host import GXX, HostKernels, host_cupy
 import test_ops_shape
+from test_ops_shape import _type
 
 if GXX is None:
     pytest.skip("g++ is not installed: the generated CUDA kernels cannot be built for the "
@@ -140,10 +143,16 @@ EXACT = {"neg", "abs", "sign", "relu", "square", "reciprocal", "round", "floor",
 COMPOSITE = {"sigmoid", "softplus", "gelu", "rsqrt", "bce", "bce_with_logits", "leaky_relu"}
 
 
-def _values(dtype: str, table) -> np.ndarray:
+def _values(dtype: str, table, finite: bool = False) -> np.ndarray:
+    """`table`'s values of `dtype`; with `finite`, only floats an i32 holds (a NaN, an
+    infinity or an out-of-range float converted to an integer is undefined in C and differs
+    between platforms, see the ``cast`` formula)."""
     key = "f" if dtype in FLOATS else dtype
     with np.errstate(over="ignore"):
-        return np.array(table[key]).astype(NP[dtype])
+        v = np.array(table[key]).astype(NP[dtype])
+    if finite and dtype in FLOATS:
+        v = v[np.isfinite(v) & (np.abs(v.astype(np.float64)) < 2.0 ** 31)]
+    return v
 
 
 def elementwise_ops() -> list[tuple[str, dict]]:
@@ -171,12 +180,12 @@ def dtype_cases(table, combos=None):
     for op, attrs in elementwise_ops():
         n = len(registry.REGISTRY[op].operands)
         for dts in (combos or {}).get(op, itertools.product(DTYPES, repeat=n)):
-            vals = [_values(d, table) for d in dts]
+            to_int = op == "cast" and attrs["dtype"] in ("i32", "i64")
+            vals = [_values(d, table, finite=to_int) for d in dts]
             args = [v.reshape([-1] + [1] * (n - 1 - k)) for k, v in enumerate(vals)]
             if op == "where":
                 args[0] = np.array([True, False, True]).reshape(-1, 1, 1)
-            try:
-                TensorType  # the type rule decides: refused combinations are not cases
+            try:  # the type rule decides: refused combinations are not cases
                 test_ops_shape.build(op, args, attrs)
             except Exception:
                 continue
@@ -267,4 +276,159 @@ def test_every_elementwise_op_in_every_dtype_combination(host):
 def test_every_elementwise_op_in_every_dtype_combination_on_more_values(host):
     """Integer extremes, float16's largest finite value, tiny values, every pair of them."""
     failures = run_cases(host, dtype_cases(VALUES))
+    assert not failures, "\n".join(failures)
+
+
+# ---- every registry op's forward and adjoint program -----------------------------------
+
+def test_every_registry_op_program_on_host(host):
+    """The one-op programs of the GPU tests (test_cuda_gpu.programs: every registry op,
+    weighted and differentiated where it has a float result), fused as for the GPU."""
+    import test_cuda_gpu
+    programs = [(label, module, name, inputs, *fused_specs(module))
+                for label, module, name, inputs in test_cuda_gpu.programs()]
+    prebuild(host, [s for *_, specs in programs for s in specs.values()])
+    failures, launched = [], 0
+    for label, module, name, inputs, fused, specs in programs:
+        launches: list = []
+        got = on_host(host, fused, specs, name, inputs, launches)
+        launched += len(launches)
+        want = numpy_run(module, name, inputs)
+        try:
+            for g, w in zip(got, want):
+                assert g.dtype == w.dtype and g.shape == w.shape
+                np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-11)
+        except AssertionError as e:
+            failures.append(f"{label}: {str(e).strip().splitlines()[-3:]}")
+    assert not failures, "\n".join(failures)
+    assert launched > len(programs)  # the adjoints' kernels ran, not just NumPy
+
+
+# ---- reductions: every op, dtype, axis form and operand layout -------------------------
+
+AXES = [(None, False), (None, True), ([0], False), ([1], True), ([2], False), ([-1], False),
+        ([0, 2], False), ([0, 2], True), ([0, 1], False), ([1, 2], False), ([0, 1, 2], False)]
+REDUCTION_DTYPES = {"sum": DTYPES, "mean": list(FLOATS), "max": DTYPES[:-1],
+                    "min": DTYPES[:-1]}
+
+
+def _data(dtype: str, shape, rng) -> np.ndarray:
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    if dtype in FLOATS:
+        return rng.standard_normal(shape).astype(NP[dtype])
+    return rng.integers(-100, 100, shape).astype(NP[dtype])
+
+
+def reduction_module(op, args, attrs, perm=None):
+    """``op(stop_gradient(x), **attrs)``, or of ``x * b`` with a second operand (broadcast);
+    `perm` transposes `x` first, so the kernel reads a strided view."""
+    body = Block([_type(a) for a in args], [f"a{k}" for k in range(len(args))])
+    b = Builder(body)
+    x = body.args[0] if perm is None else b.emit("transpose", body.args[0], perm=perm)
+    v = b.emit("mul", x, body.args[1]) if len(args) > 1 else b.emit("stop_gradient", x)
+    b.ret([b.emit(op, v, **attrs)])
+    module = Module({"f": Function("f", body, [body.ops[-1].operands[0].type])})
+    verify(module)
+    return Fuse(min_ops=1)(module)
+
+
+def reduction_cases():
+    """(label, op, module, args) of every reduction in every dtype and axis form, over
+    contiguous, transposed and broadcast operands, size-1, empty and 0-d shapes and sizes
+    that take every block stride."""
+    rng = np.random.default_rng(3)
+    cases = []
+    for op, dtypes in REDUCTION_DTYPES.items():
+        for dtype in dtypes:
+            x = _data(dtype, (3, 4, 5), rng)
+            for axis, keep in AXES:
+                attrs = {"axis": axis, "keepdims": keep}
+                cases.append((f"{op}({dtype}, {axis}, {keep})", op, attrs, [x], None))
+            cases.append((f"{op}({dtype}) transposed", op, {"axis": [1], "keepdims": False},
+                          [_data(dtype, (5, 3, 4), rng)], [1, 2, 0]))
+            cases.append((f"{op}({dtype}) transposed, all", op,
+                          {"axis": None, "keepdims": False}, [_data(dtype, (5, 4), rng)],
+                          [1, 0]))
+            if dtype != "bool":
+                cases.append((f"{op}({dtype}) broadcast", op, {"axis": [0], "keepdims": False},
+                              [_data(dtype, (6, 1, 5), rng), _data(dtype, (4, 5), rng)],
+                              None))
+            for shape, axis in (((), None), ((1, 4, 1), [0, 2]), ((3, 700), [1]),
+                                ((700, 3), [0]), ((40, 50), None), ((33, 17, 9), [0, 2])):
+                cases.append((f"{op}({dtype}, {shape}, {axis})", op,
+                              {"axis": axis, "keepdims": False}, [_data(dtype, shape, rng)],
+                              None))
+            if op in ("sum", "mean"):  # an empty axis: the identity (a mean is 0 / 0)
+                for shape, axis in (((0, 3), [0]), ((3, 0), [1])):
+                    cases.append((f"{op}({dtype}, {shape}, {axis})", op,
+                                  {"axis": axis, "keepdims": False},
+                                  [_data(dtype, shape, rng)], None))
+    for dtype in FLOATS:  # sum_to: what the adjoint of a broadcast reduces with
+        for shape, to in (((3, 4, 5), [4, 1]), ((3, 4, 5), [5]), ((2, 1, 5), [1, 1, 5])):
+            cases.append((f"sum_to({dtype}, {shape} -> {to})", "sum_to", {"shape": to},
+                          [_data(dtype, shape, rng)], None))
+    big = np.full((3, 5), 2 ** 31 - 1, dtype=np.int32)  # an i32 sum wraps as NumPy's
+    cases.append(("sum(i32 wrapping)", "sum", {"axis": [0], "keepdims": False}, [big], None))
+    x = _data("f32", (4, 6), rng)
+    x[1, 2] = np.nan
+    for op in ("max", "min"):  # NaN propagates, as in NumPy
+        cases.append((f"{op}(f32 with NaN)", op, {"axis": [1], "keepdims": False}, [x], None))
+    return cases
+
+
+def check_reduction(host, label, op, module, specs, args) -> None:
+    """max, min and integer sums bitwise; float sums and means within their accumulation
+    error of the exact result (float for float16 and float32, double for float64), plus
+    one rounding to the result's dtype."""
+    inputs = {f"a{k}": a for k, a in enumerate(args)}
+    # a 0-d operand has nothing to reduce: its group stays elementwise
+    assert [s.kind for s in specs.values()] == [REDUCTION] or not args[0].ndim, label
+    (got,) = on_host(host, module, specs, "f", inputs)
+    (want,) = numpy_run(module, "f", inputs)
+    assert got.dtype == want.dtype and got.shape == want.shape, label
+    if op in ("max", "min") or want.dtype.kind != "f":
+        np.testing.assert_array_equal(got, want, err_msg=label)
+        return
+    wide = [a.astype(np.float64) for a in args]
+    (exact,) = numpy_run(reduction_module(op, wide, _attrs(module), _perm(module)),
+                         "f", {f"a{k}": a for k, a in enumerate(wide)})
+    (total,) = numpy_run(reduction_module(op, [np.abs(a) for a in wide], _attrs(module),
+                                          _perm(module)),
+                         "f", {f"a{k}": np.abs(a) for k, a in enumerate(wide)})
+    n = max(1, np.prod(np.broadcast_shapes(*(a.shape for a in args))) // max(1, got.size))
+    acc = EPS["f64" if want.dtype == np.float64 else "f32"]
+    out = EPS[{2: "f16", 4: "f32", 8: "f64"}[want.dtype.itemsize]]
+    g = got.astype(np.float64)
+    # the map rounds each element to the operand's dtype, the sum adds n roundings of the
+    # accumulator, the result is rounded once more
+    bound = out * np.abs(exact) + (out + (n + 2) * acc) * np.abs(total)
+    np.testing.assert_array_equal(np.isnan(g), np.isnan(exact), err_msg=label)
+    ok = np.isnan(exact) | (np.abs(g - exact) <= bound)
+    assert ok.all(), f"{label}: got {g[~ok][:3]}, exact {exact[~ok][:3]}"
+
+
+def _attrs(module):
+    red = next(o for o in module["f"].walk() if o.name in REDUCTION_DTYPES or
+               o.name == "sum_to")
+    return dict(red.attrs)
+
+
+def _perm(module):
+    t = next((o for o in module["f"].walk() if o.name == "transpose"), None)
+    return None if t is None else list(t.attrs["perm"])
+
+
+def test_reductions_in_every_axis_form_dtype_and_layout(host):
+    programs = []
+    for label, op, attrs, args, perm in reduction_cases():
+        module = reduction_module(op, args, attrs, perm)
+        programs.append((label, op, module, kernel_specs(module), args))
+    prebuild(host, [s for *_, specs, _ in programs for s in specs.values()])
+    failures = []
+    for label, op, module, specs, args in programs:
+        try:
+            check_reduction(host, label, op, module, specs, args)
+        except AssertionError as e:
+            failures.append(f"{label}: {str(e).strip().splitlines()[-3:]}")
     assert not failures, "\n".join(failures)
