@@ -30,7 +30,6 @@ import os
 import shutil
 import subprocess
 import tempfile
-import types
 from pathlib import Path
 
 import numpy as np
@@ -296,12 +295,6 @@ def _pointers(arrays):
     return (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
 
 
-def _check_dtypes(kind, name, params, arrays):
-    for (dtype, pname), a in zip(params, arrays):
-        if a.dtype != dtype:
-            raise TypeError(f"{kind} {name}: {pname} is {a.dtype}, declared {dtype}")
-
-
 def _block_stride(ins, out_shape, in_size: int, out_size: int) -> int:
     """CuPy's ``_get_block_specs`` with ``_get_contiguous_size`` (inputs already permuted
     reduced axes first)."""
@@ -320,101 +313,65 @@ def _block_stride(ins, out_shape, in_size: int, out_size: int) -> int:
     return 1 << (stride.bit_length() - 1)  # the largest power of two <= stride
 
 
+def host_kernel(kernels: HostKernels, kern, build: bool = True) -> HostKernel:
+    """The host kernel of the stand-in kernel `kern`'s exact source (kept on it), built
+    unless `build` is false (`HostKernels.build` then compiles it with others)."""
+    host = getattr(kern, "_host", None)
+    if host is None:
+        ins = [(p.dtype, p.name) for p in kern.in_params]
+        outs = [(p.dtype, p.name) for p in kern.out_params]
+        if hasattr(kern, "operation"):
+            host = kernels.kernel("elementwise", ins, outs, {
+                "preamble": kern.preamble, "operation": kern.operation,
+                "params": repr((ins, outs))})
+        else:
+            host = kernels.kernel("reduction", ins, outs, {
+                "preamble": kern.preamble, "map_expr": kern.map_expr,
+                "reduce_expr": kern.reduce_expr, "post_map_expr": kern.post_map_expr,
+                "identity": kern.identity, "reduce_type": kern.reduce_type,
+                "params": repr((ins, outs))})
+        kern._host = host
+    if build:
+        kernels.build([host])
+    return host
+
+
 def host_cupy(kernels: HostKernels, launches: list | None = None):
-    """NumPy dressed as CuPy, with ElementwiseKernel and ReductionKernel running the host
-    build of their exact source; `launches` collects (kernel name, kind) per launch."""
+    """The CuPy stand-in (tests/cupy_standin.py: CuPy's kernel signatures and argument
+    checks) whose kernels run the host build of their exact source; `launches` collects
+    (kernel name, kind) per launch."""
+    from cupy_standin import fake_cupy
     launches = [] if launches is None else launches
 
-    class ElementwiseKernel:
-        def __init__(self, in_params, out_params, operation, name, preamble=""):
-            self.name = name
-            self.ins, self.outs = _params(in_params), _params(out_params)
-            self.host = kernels.kernel("elementwise", self.ins, self.outs,
-                                       {"preamble": preamble, "operation": operation,
-                                        "in": in_params, "out": out_params})
+    def elementwise(kern, ins, outs):
+        host = host_kernel(kernels, kern)
+        shape = outs[0].shape
+        views = [np.broadcast_to(np.asarray(a), shape) for a in ins] + list(outs)
+        launches.append((kern.name, "elementwise"))
+        host.fn(_pointers(views), _ll(s for v in views for s in v.strides), len(shape),
+                _ll(shape))
 
-        def __call__(self, *args):
-            if len(args) != len(self.ins) + len(self.outs):
-                raise TypeError(f"{self.name} takes {len(self.ins)} inputs and "
-                                f"{len(self.outs)} outputs, got {len(args)} arguments")
-            args = [np.asarray(a) for a in args]
-            _check_dtypes("ElementwiseKernel", self.name, self.ins + self.outs, args)
-            outs = args[len(self.ins):]
-            shape = np.broadcast_shapes(*(a.shape for a in args))
-            if any(o.shape != shape for o in outs):
-                raise ValueError(f"{self.name}: outputs of shape {[o.shape for o in outs]} "
-                                 f"for operands broadcast to {shape}")
-            views = [np.broadcast_to(a, shape) for a in args[:len(self.ins)]] + outs
-            kernels.build([self.host])
-            launches.append((self.name, "elementwise"))
-            self.host.fn(_pointers(views), _ll(s for v in views for s in v.strides),
-                         len(shape), _ll(shape))
-            return outs[0] if len(outs) == 1 else tuple(outs)
+    def reduction(kern, ins, out, reduce_axis, keepdims):
+        host = host_kernel(kernels, kern)
+        ins = [np.asarray(a) for a in ins]
+        shape = np.broadcast_shapes(*(a.shape for a in ins))
+        out_axis = tuple(d for d in range(len(shape)) if d not in reduce_axis)
+        views = [np.broadcast_to(a, shape) for a in ins]
+        if len(ins) == 1 and len(out_axis) <= 1 and not ins[0].flags.c_contiguous:
+            strides = views[0].strides  # CuPy's _sort_axis
+            reduce_axis = tuple(sorted(reduce_axis, key=lambda d: -abs(strides[d])))
+            out_axis = tuple(sorted(out_axis, key=lambda d: -abs(strides[d])))
+        views = [v.transpose(tuple(reduce_axis) + out_axis) for v in views]
+        kept = tuple(shape[d] for d in out_axis)
+        in_shape = tuple(shape[d] for d in reduce_axis) + kept
+        in_size, out_size = int(np.prod(in_shape)), int(np.prod(kept))
+        out_view = out.reshape(kept)  # the output over the kept axes (keepdims' ones gone)
+        assert np.shares_memory(out_view, out)
+        strides = [s for v in views for s in v.strides]
+        strides += list(out_view.strides) + [0] * (len(in_shape) - len(kept))
+        launches.append((kern.name, "reduction"))
+        host.fn(_pointers(views + [out_view]), _ll(strides), len(in_shape), _ll(in_shape),
+                len(kept), _ll(kept),
+                ctypes.c_longlong(_block_stride(views, kept, in_size, out_size)))
 
-    class ReductionKernel:
-        def __init__(self, in_params, out_params, map_expr, reduce_expr, post_map_expr,
-                     identity, name, reduce_type=None, preamble=""):
-            self.name = name
-            self.ins, self.outs = _params(in_params), _params(out_params)
-            assert len(self.outs) == 1 and reduce_type and identity
-            self.host = kernels.kernel("reduction", self.ins, self.outs, {
-                "preamble": preamble, "map_expr": map_expr, "reduce_expr": reduce_expr,
-                "post_map_expr": post_map_expr, "identity": identity,
-                "reduce_type": reduce_type, "in": in_params, "out": out_params})
-
-        def __call__(self, *args, axis=None, keepdims=False):
-            if len(args) != len(self.ins) + 1:
-                raise TypeError(f"{self.name} takes {len(self.ins)} inputs and an output")
-            args = [np.asarray(a) for a in args]
-            _check_dtypes("ReductionKernel", self.name, self.ins + self.outs, args)
-            ins, out = args[:-1], args[-1]
-            shape = np.broadcast_shapes(*(a.shape for a in ins))
-            ndim = len(shape)
-            axes = range(ndim) if axis is None else \
-                (axis if isinstance(axis, (tuple, list)) else (axis,))
-            reduce_axis = tuple(sorted(a % ndim for a in axes)) if ndim else ()
-            out_axis = tuple(d for d in range(ndim) if d not in reduce_axis)
-            views = [np.broadcast_to(a, shape) for a in ins]
-            if len(ins) == 1 and len(out_axis) <= 1 and not ins[0].flags.c_contiguous:
-                strides = views[0].strides  # CuPy's _sort_axis
-                reduce_axis = tuple(sorted(reduce_axis, key=lambda d: -abs(strides[d])))
-                out_axis = tuple(sorted(out_axis, key=lambda d: -abs(strides[d])))
-            out_shape = tuple(1 if d in reduce_axis else shape[d] for d in range(ndim)) \
-                if keepdims else tuple(shape[d] for d in out_axis)
-            if out.shape != out_shape:
-                raise ValueError(f"{self.name}: output of shape {out.shape}, expected "
-                                 f"{out_shape}")
-            if out.size == 0:
-                return out
-            views = [v.transpose(reduce_axis + out_axis) for v in views]
-            kept = tuple(shape[d] for d in out_axis)
-            in_shape = tuple(shape[d] for d in reduce_axis) + kept
-            in_size, out_size = int(np.prod(in_shape)), int(np.prod(kept))
-            # the output indexed over the kept axes only (keepdims' ones dropped)
-            out_view = out.reshape(kept)
-            all_strides = [s for v in views for s in v.strides]
-            all_strides += list(out_view.strides) + [0] * (len(in_shape) - len(kept))
-            kernels.build([self.host])
-            launches.append((self.name, "reduction"))
-            self.host.fn(_pointers(views + [out_view]), _ll(all_strides), len(in_shape),
-                         _ll(in_shape), len(kept), _ll(kept),
-                         ctypes.c_longlong(_block_stride(views, kept, in_size, out_size)))
-            return out
-
-    class MemoryHook:
-        name = "MemoryHook"
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            return False
-
-    cp = types.ModuleType("numpy")  # kernels take NumPy's paths for a module named numpy
-    cp.__dict__.update({k: getattr(np, k) for k in dir(np) if not k.startswith("__")})
-    cp.ElementwiseKernel = ElementwiseKernel
-    cp.ReductionKernel = ReductionKernel
-    stream = types.SimpleNamespace(synchronize=lambda: None)
-    cp.cuda = types.SimpleNamespace(MemoryHook=MemoryHook, get_current_stream=lambda: stream)
-    cp.asnumpy = np.asarray
-    return cp
+    return fake_cupy({}, [], compute=(elementwise, reduction))

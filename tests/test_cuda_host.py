@@ -26,7 +26,7 @@ from adcompiler.ops import registry
 from adcompiler.passes.fuse import Fuse
 from adc_runtime import cuda as backend
 from adc_runtime.executor import run_function
-from cuda_host import GXX, HostKernels, host_cupy
+from cuda_host import GXX, HostKernels, host_cupy, host_kernel
 import test_ops_shape
 from test_ops_shape import _type
 
@@ -54,12 +54,15 @@ def fused_specs(module):
     return fused, kernel_specs(fused)
 
 
-def prebuild(host, specs) -> None:
-    """Compile every kernel of `specs` in one g++ run (the launches then find them built)."""
+def prebuild(host, specs) -> int:
+    """Compile every kernel of `specs` in one g++ run (the launches then find them built);
+    returns the number of libraries loaded so far."""
     cp = host_cupy(host)
+    backend._KERNELS.clear()  # kernels built on another stand-in may be cached by source
     for spec in specs:
-        backend.build_kernel(cp, spec)
+        host_kernel(host, backend.build_kernel(cp, spec), build=False)
     host.build()
+    return len(host.libraries)
 
 
 def on_host(host, fused, specs, name, inputs, launches=None):
@@ -237,7 +240,7 @@ def run_cases(host, cases):
     for label, op, attrs, args in cases:
         module = Fuse(min_ops=1)(test_ops_shape.build(op, args, attrs))
         programs.append((label, op, attrs, args, module, kernel_specs(module)))
-    prebuild(host, [s for *_, specs in programs for s in specs.values()])
+    libraries = prebuild(host, [s for *_, specs in programs for s in specs.values()])
     failures = []
     for label, op, attrs, args, module, specs in programs:
         assert len(specs) == 1, label
@@ -245,6 +248,7 @@ def run_cases(host, cases):
             check_case(host, label, op, attrs, args, module, specs)
         except AssertionError as e:
             failures.append(f"{label}: {str(e).strip().splitlines()[-3:]}")
+    assert len(host.libraries) == libraries  # every launch found its kernel built
     return failures
 
 
@@ -287,7 +291,7 @@ def test_every_registry_op_program_on_host(host):
     import test_cuda_gpu
     programs = [(label, module, name, inputs, *fused_specs(module))
                 for label, module, name, inputs in test_cuda_gpu.programs()]
-    prebuild(host, [s for *_, specs in programs for s in specs.values()])
+    libraries = prebuild(host, [s for *_, specs in programs for s in specs.values()])
     failures, launched = [], 0
     for label, module, name, inputs, fused, specs in programs:
         launches: list = []
@@ -301,6 +305,7 @@ def test_every_registry_op_program_on_host(host):
         except AssertionError as e:
             failures.append(f"{label}: {str(e).strip().splitlines()[-3:]}")
     assert not failures, "\n".join(failures)
+    assert len(host.libraries) == libraries  # every launch found its kernel built
     assert launched > len(programs)  # the adjoints' kernels ran, not just NumPy
 
 
@@ -424,11 +429,23 @@ def test_reductions_in_every_axis_form_dtype_and_layout(host):
     for label, op, attrs, args, perm in reduction_cases():
         module = reduction_module(op, args, attrs, perm)
         programs.append((label, op, module, kernel_specs(module), args))
-    prebuild(host, [s for *_, specs, _ in programs for s in specs.values()])
+    libraries = prebuild(host, [s for *_, specs, _ in programs for s in specs.values()])
     failures = []
     for label, op, module, specs, args in programs:
         try:
             check_reduction(host, label, op, module, specs, args)
         except AssertionError as e:
             failures.append(f"{label}: {str(e).strip().splitlines()[-3:]}")
+    assert len(host.libraries) == libraries  # every launch found its kernel built
     assert not failures, "\n".join(failures)
+
+
+def test_float16_composite_ops_round_once(host):
+    """float16 gelu, sigmoid, ... compute their whole formula in float and round once (the
+    convention of adcompiler.emit.cuda): gelu(-2.5) is -0.01553 (exactly -0.015524), where
+    NumPy's float16 steps give -0.01526."""
+    x = np.array([-2.5], dtype=np.float16)
+    module = Fuse(min_ops=1)(test_ops_shape.build("gelu", [x], {"approximate": "none"}))
+    (got,) = on_host(host, module, kernel_specs(module), "f", {"a0": x})
+    (steps,) = numpy_run(module, "f", {"a0": x})
+    assert got[0] == np.float16(-0.015524) and steps[0] == np.float16(-0.01526)
