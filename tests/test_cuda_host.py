@@ -44,9 +44,12 @@ EPS = {"f16": 2.0 ** -10, "f32": 2.0 ** -23, "f64": 2.0 ** -52}
 
 
 @pytest.fixture(scope="session")
-def host(request):
-    """The host kernels of this session, their libraries cached across sessions."""
-    return HostKernels(request.config.cache.mkdir("cuda-host"))
+def host(request, tmp_path_factory):
+    """The host kernels of this session, their libraries cached across sessions in pytest's
+    cache (in a temporary directory where the cache is turned off)."""
+    cache = getattr(request.config, "cache", None)
+    return HostKernels(cache.mkdir("cuda-host") if cache is not None
+                       else tmp_path_factory.mktemp("cuda-host"))
 
 
 def fused_specs(module):
