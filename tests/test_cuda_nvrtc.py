@@ -1,10 +1,15 @@
 """Every sample's fused kernels, forward and adjoint, compiled by CuPy's own pipeline: the
-kernel objects CuPy builds from our `KernelSpec`s, the CUDA source CuPy generates for them
-(contiguous elementwise kernels; reductions on the plain path and, for one input, on the CUB
-block-reduction path CuPy takes for trailing contiguous axes, one pass and two), compiled by
-NVRTC for compute 9.0 and 7.5. No GPU is needed: the architecture is supplied in place of
-CuPy's per-device lookup, and the compiled module's load, which needs a driver, is the only
-step that does not run. Skipped where CuPy or NVRTC is not installed."""
+kernel objects CuPy builds from our `KernelSpec`s, the CUDA source CuPy generates for them,
+compiled by NVRTC for compute 9.0 (H100) and 7.5. The launch variants are those CuPy
+generates at run time: elementwise kernels on contiguous operands (reduced to one dimension),
+on strided or broadcast operands (three dimensions, non-contiguous, a bias broadcast with
+stride 0) and with 64-bit indices; reductions on the plain path (contiguous and strided,
+32- and 64-bit indices) and, for one input, on the CUB block-reduction path CuPy takes for
+trailing contiguous axes, one pass and two. No GPU is needed: the architecture is supplied in
+place of CuPy's per-device lookup (the only patch), and the compiled module's load, which
+needs a driver, is the only step that does not run. CI compiles every sample's kernels in
+every variant for compute 9.0 and two samples for 7.5; ``-m slow`` compiles all of them for
+both. Skipped where CuPy or NVRTC is not installed."""
 from __future__ import annotations
 
 import os
@@ -48,16 +53,23 @@ def nvrtc_arch(monkeypatch):
     return lambda value: arch.__setitem__("value", value)
 
 
-def _array(dtype, ndim: int = 1):
-    return _kernel._ArgInfo(NDARRAY, cupy.ndarray, np.dtype(dtype), ndim, True, True)
+def _array(dtype, ndim: int = 1, contiguous: bool = True, index32: bool = True):
+    return _kernel._ArgInfo(NDARRAY, cupy.ndarray, np.dtype(dtype), ndim, contiguous, index32)
 
 
 def _scalar(dtype="int32"):
     return _kernel._ArgInfo(SCALAR, CScalar, np.dtype(dtype), 0, True, True)
 
 
-def _indexer(ndim: int):
-    return _kernel._ArgInfo(INDEXER, Indexer, None, ndim, True, True)
+def _indexer(ndim: int, index32: bool = True):
+    return _kernel._ArgInfo(INDEXER, Indexer, None, ndim, True, index32)
+
+
+# (name, ndim, contiguous, 32-bit indices) of the launches CuPy compiles separately: all
+# operands contiguous (CuPy's reduce_dims makes them one-dimensional), strided or broadcast
+# (no axis can be merged), and an array of 2**31 elements or more
+ELEMENTWISE_VARIANTS = (("elementwise", 1, True, True), ("elementwise strided", 3, False, True),
+                        ("elementwise 64-bit", 1, True, False))
 
 
 _POINTER = _kernel._ArgInfo(POINTER, cupy.cuda.MemoryPointer, None, 0, True, True)
@@ -80,15 +92,16 @@ def _build(fn, *args) -> str | None:
 
 
 def elementwise_builds(spec):
-    """(path, build thunk) for a contiguous launch of an elementwise kernel (CuPy reduces
-    contiguous operands to one dimension)."""
+    """(path, build thunk) for each launch variant of an elementwise kernel."""
     kern = cupy.ElementwiseKernel(spec.in_params, spec.out_params, spec.operation, spec.name,
                                   preamble=spec.preamble)
     ins, outs = _dtypes(spec.in_params), _dtypes(spec.out_params)
     _, _, type_map = kern._decide_params_type(ins, outs)
-    arginfos = tuple(_array(t) for t in ins + outs) + (_indexer(1),)
-    yield "elementwise", lambda: _kernel._get_elementwise_kernel.__wrapped__(
-        arginfos, type_map, kern.params, kern.operation, kern.name, kern.preamble)
+    for path, ndim, contiguous, index32 in ELEMENTWISE_VARIANTS:
+        arginfos = tuple(_array(t, ndim, contiguous, index32) for t in ins) \
+            + tuple(_array(t, ndim, True, index32) for t in outs) + (_indexer(ndim, index32),)
+        yield path, lambda arginfos=arginfos: _kernel._get_elementwise_kernel.__wrapped__(
+            arginfos, type_map, kern.params, kern.operation, kern.name, kern.preamble)
 
 
 def reduction_builds(spec):
@@ -98,15 +111,24 @@ def reduction_builds(spec):
                                 spec.name, reduce_type=spec.reduce_type,
                                 preamble=spec.preamble)
     ins, outs = _dtypes(spec.in_params), _dtypes(spec.out_params)
-    _, _, type_map = _kernel._decide_params_type(kern.in_params, kern.out_params, ins, outs)
-    type_map = _kernel._TypeMap(type_map._pairs + (("IndexT", "int32"),))
+    _, _, decided = _kernel._decide_params_type(kern.in_params, kern.out_params, ins, outs)
+    type_map = _kernel._TypeMap(decided._pairs + (("IndexT", "int32"),))
     params = kern._params
-    plain = tuple(_array(t, 2) for t in ins) + (_array(outs[0], 1), _indexer(2),
-                                                  _indexer(1), _scalar())
-    yield "reduction", lambda: _reduction._ReductionKernel_get_cached_function.__wrapped__(
-        kern.nin, kern.nout, params, plain, type_map, kern.name, BLOCK, kern.reduce_type,
-        kern.identity, kern.map_expr, kern.reduce_expr, kern.post_map_expr, kern.preamble,
-        kern.options)
+    # CuPy's plain path: reduced axes first (permuted; merged where contiguous), IndexT int64
+    # where one output element reduces more than 2**31 - 1 inputs
+    for path, ndim, contiguous, index in (("reduction", 2, True, "int32"),
+                                          ("reduction strided", 3, False, "int32"),
+                                          ("reduction 64-bit", 2, True, "int64")):
+        plain = tuple(_array(t, ndim, contiguous, index == "int32") for t in ins) \
+            + (_array(outs[0], ndim - 1, True, index == "int32"),
+               _indexer(ndim, index == "int32"), _indexer(ndim - 1, index == "int32"),
+               _scalar())
+        types = _kernel._TypeMap(decided._pairs + (("IndexT", index),))
+        yield path, lambda plain=plain, types=types: \
+            _reduction._ReductionKernel_get_cached_function.__wrapped__(
+                kern.nin, kern.nout, params, plain, types, kern.name, BLOCK, kern.reduce_type,
+                kern.identity, kern.map_expr, kern.reduce_expr, kern.post_map_expr,
+                kern.preamble, kern.options)
     if kern.nin != 1:
         return  # CuPy takes the CUB path only for one input and one output
     # as cupy/_core/_cub_reduction.pyx (_try_to_call_cub_reduction, _launch_cub) prepares it
@@ -186,11 +208,16 @@ def test_sample_kernels_compile_with_nvrtc(sample, nvrtc_arch):
     assert not failed, "\n".join(failed)
 
 
-@pytest.mark.parametrize("sample", ["deep_mlp", "transformer_stack"])
+OLDER_IN_CI = ("deep_mlp", "transformer_stack")
+
+
+@pytest.mark.parametrize("sample", [
+    s if s.stem in OLDER_IN_CI else pytest.param(s, marks=pytest.mark.slow) for s in SAMPLES],
+    ids=lambda p: p.stem)
 def test_sample_kernels_compile_for_an_older_architecture(sample, nvrtc_arch):
+    """Two samples in CI (the largest kernels); every sample with ``-m slow``."""
     nvrtc_arch(ARCHS[1])
-    failed = _failures(sample_specs(Path(__file__).parent.parent / "samples" /
-                                    f"{sample}.tdsl"))
+    failed = _failures(sample_specs(sample))
     assert not failed, "\n".join(failed)
 
 
@@ -209,7 +236,8 @@ def test_one_input_reductions_compile_on_every_path(nvrtc_arch):
     module = Fuse(min_ops=1)(compile_source(CUB_REDUCTIONS, "r.tdsl"))
     specs = [s for s in kernel_specs(module).values() if s.kind == REDUCTION]
     paths = {p for s in specs for p, _ in builds(s)}
-    assert len(specs) == 9 and paths == {"reduction", "cub", "cub two-pass"}
+    assert len(specs) == 9 and paths == {"reduction", "reduction strided", "reduction 64-bit",
+                                         "cub", "cub two-pass"}
     assert sum(s.name.endswith("_mean") for s in specs) == 4
     failed = _failures(specs)
     assert not failed, "\n".join(failed)
