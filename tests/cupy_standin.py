@@ -6,8 +6,8 @@ argument count, unknown keywords, a fixed parameter dtype against the array's, b
 the output's shape, ``out=`` beside a positional output, axis normalisation, a zero-size
 reduction without identity) and return what CuPy returns (the output array, a tuple for
 several, None with ``no_return``). Only the arithmetic differs: a kernel does not compile
-its source, it hands the checked arguments to a `compute` function (by default the fused
-op's region run by the NumPy executor). `MemoryHook` keeps CuPy's registry of active hooks
+its source on a GPU, its `compute` method gets the checked arguments (`fake_cupy`'s kernels:
+the fused op's region run by the NumPy executor; a subclass may run the source otherwise). `MemoryHook` keeps CuPy's registry of active hooks
 by name, with CuPy's six callbacks. tests/test_cuda_runtime.py compares this surface with
 the installed `cupy` module, so that a drift fails there.
 """
@@ -90,9 +90,7 @@ def _check_name(name: str) -> None:
 
 
 class ElementwiseKernel:
-    """`cupy.ElementwiseKernel`, computing through `compute(kernel, ins, outs)`."""
-
-    compute = None  # set by `fake_cupy`
+    """`cupy.ElementwiseKernel`; a subclass computes in `compute`."""
 
     def __init__(self, in_params, out_params, operation, name="kernel", reduce_dims=True,
                  preamble="", no_return=False, return_tuple=False, **kwargs):
@@ -131,17 +129,19 @@ class ElementwiseKernel:
         else:
             outs = [np.empty(shape, p.dtype) for p in self.out_params]
         if 0 not in shape:
-            self.compute(self, ins, outs)
+            self.compute(ins, outs)
         if self.no_return:
             return None
         return outs[0] if self.nout == 1 and not self.return_tuple else tuple(outs)
 
+    def compute(self, ins: list, outs: list) -> None:
+        """Write the kernel's results into `outs` (checked: CuPy's dtypes, the broadcast
+        shape of `ins` and `outs`) from `ins` (as given, not broadcast)."""
+        raise NotImplementedError
+
 
 class ReductionKernel:
-    """`cupy.ReductionKernel`, computing through `compute(kernel, ins, out, axis,
-    keepdims)` with the axes normalised and sorted as CuPy's `_get_axis` does."""
-
-    compute = None  # set by `fake_cupy`
+    """`cupy.ReductionKernel`; a subclass computes in `compute`."""
 
     def __init__(self, in_params, out_params, map_expr, reduce_expr, post_map_expr, identity,
                  name="reduce_kernel", reduce_type=None, reduce_dims=True, preamble="",
@@ -193,8 +193,14 @@ class ReductionKernel:
         if self.identity == "" and 0 in shape:
             raise ValueError(f"zero-size array to reduction operation {self.name} which has "
                              "no identity")
-        self.compute(self, ins, outs[0], reduce_axis, keepdims)
+        self.compute(ins, outs[0], reduce_axis, keepdims)
         return outs[0]
+
+    def compute(self, ins: list, out, axis: tuple, keepdims: bool) -> None:
+        """Write the reduction of `ins` (as given, not broadcast) over `axis` (normalised
+        and sorted, as CuPy's `_get_axis` gives it) into `out` (checked: its dtype and
+        shape)."""
+        raise NotImplementedError
 
 
 def _get_axis(axis, ndim: int) -> tuple:
@@ -328,13 +334,17 @@ def fake_cupy(fused_by_name: dict, calls: list, compute=None):
             super().__init__(*args, **kwargs)
             calls.append(("build", self.name))
 
+        def compute(self, ins, outs):
+            elementwise(self, ins, outs)
+
     class Reduction(ReductionKernel):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             calls.append(("build", self.name))
 
-    Elementwise.compute = staticmethod(elementwise)
-    Reduction.compute = staticmethod(reduction)
+        def compute(self, ins, out, axis, keepdims):
+            reduction(self, ins, out, axis, keepdims)
+
     cp = types.ModuleType("numpy")  # kernels take NumPy's paths for a module named numpy
     cp.__dict__.update({k: getattr(np, k) for k in dir(np) if not k.startswith("__")})
     cp.ElementwiseKernel, cp.ReductionKernel = Elementwise, Reduction
