@@ -241,3 +241,31 @@ def test_one_input_reductions_compile_on_every_path(nvrtc_arch):
     assert sum(s.name.endswith("_mean") for s in specs) == 4
     failed = _failures(specs)
     assert not failed, "\n".join(failed)
+
+
+def test_nvrtc_error_becomes_a_located_run_error(nvrtc_arch):
+    """NVRTC's own message for a plugin formula that does not compile, as the backend
+    reports it: the group's first op, the kernel, NVRTC's first error line, the plugin op."""
+    import adcompiler as adc
+    from adcompiler.emit.c import expr, math_fn
+    from adcompiler.emit.cuda import ensure_fused
+    from adcompiler.frontend import compile_source
+    from adc_runtime.cuda import kernel_error
+    adc.register_op("soft_abs", lambda types, attrs: types[0],
+                    kernel=lambda xp, x: xp.sqrt(x * x + 1), traits=["elementwise"],
+                    cuda=expr(lambda w, ct, dt, op, a: f"{math_fn('sqrt', ct)}({a} * {a} + 1"))
+    try:
+        src = ("def f(x: f32[3, 4], b: f32[4]) -> f32[3, 4] {\n    y = x * 2.0\n"
+               "    return soft_abs(y + b)\n}\n")
+        (op, spec), = kernel_specs(ensure_fused(compile_source(src, "t.tdsl"))).items()
+        (_, build), *_ = elementwise_builds(spec)
+        with pytest.raises(compiler.CompileException) as info:
+            build()
+        err = kernel_error(cupy, op, spec, info.value)
+    finally:
+        adc.plugins.unregister_op("soft_abs")
+    assert type(err).__name__ == "RunError" and (err.loc.line, err.loc.col) == (2, 11)
+    assert err.message.startswith("the CUDA kernel adc_f_0 (mul, add, soft_abs) does not "
+                                  "compile: default_program(")
+    assert 'error: expected a ")"' in err.message
+    assert err.message.endswith("the group contains the plugin op 'soft_abs'")
