@@ -125,7 +125,8 @@ def test_a_model_too_large_for_the_milp_falls_back_to_the_baselines(tmp_path, mo
     sched = schedule(m, "min-memory")
     stats = consistent(remat_stats(m, sched))
     assert stats["straight_line"]["status"] == "too large"
-    assert stats["solver"] in ("chen", "mincut") and stats["guarantee"] == "heuristic"
+    assert stats["solver"] in ("chain-dp", "chen", "mincut")
+    assert stats["guarantee"] == "heuristic"
     outs, peak = measure(sched.module, inputs)
     assert all(np.array_equal(a, b) for a, b in zip(outs, ref))
     assert peak == stats["peak_bytes_predicted"] < none_peak

@@ -8,9 +8,10 @@ function), ``recompute_flops`` (ops marked ``recompute``), ``recompute_fraction`
 ``stored_values``, ``recomputed_values``, ``loops``, ``notes``; what is proven about the
 whole schedule: ``guarantee`` (``optimal``, ``gap`` or ``heuristic``), ``optimal`` (the
 same, as a flag), ``gap`` (a relative bound, or null) and ``guarantee_why``; and from the
-straight-line code (``budget``, ``min-memory``, ``mincut``) ``solver`` (``highs-milp``,
-``chen``, ``mincut``, or null when nothing ran) and ``straight_line`` (solver, status,
-optimal, gap, seconds, variables, model peak: that part alone).
+straight-line code (``budget``, ``min-memory``, ``mincut``) ``solver`` (``chain-dp``,
+``highs-milp``, ``chen``, ``mincut``, or null when nothing ran) and ``straight_line``
+(solver, status, optimal, gap, seconds, variables, model peak, segments of the chain DP:
+that part alone).
 """
 from __future__ import annotations
 
@@ -87,6 +88,10 @@ def _guarantee(sched: Schedule) -> tuple[str, float | None, str]:
         return "optimal", 0.0, ("binomial checkpointing: the fewest recomputed loop steps "
                                 "with these slots (Griewank & Walther)")
     if kind == "mincut":
+        if sl is not None and sl.fallback_peak is not None:
+            return "heuristic", None, (f"the minimum cut's schedule peaked at "
+                                       f"{sl.fallback_peak:,} bytes, above store-all's: "
+                                       f"everything is stored instead")
         return "heuristic", None, ("the fewest saved bytes by a minimum cut (AOTAutograd's "
                                    "partitioner), not the least peak or recomputation")
     if loops:
@@ -94,6 +99,16 @@ def _guarantee(sched: Schedule) -> tuple[str, float | None, str]:
                                    "straight-line code: not optimized jointly")
     if sl is None or sl.status == "store-all fits":
         return "optimal", 0.0, "storing everything fits: nothing is recomputed"
+    if sl.solver == "chain-dp":
+        dp = (f"the chain DP over {sl.segments} segments (optimal for its chain model, its "
+              f"peak exact)")
+        why = {"optimal": f"{dp}; the MILP proved no schedule of the straight-line model "
+                          f"cheaper",
+               "gap": f"{dp}; the MILP stopped at its deadline with a bound: the relative "
+                      f"gap bounds the excess",
+               "heuristic": f"{dp}; not proven against the straight-line model (the MILP: "
+                            f"{sl.status})"}
+        return sl.guarantee, sl.gap, why[sl.guarantee]
     why = {"optimal": f"{sl.solver} proved it optimal for the straight-line model",
            "gap": f"{sl.solver} stopped at its deadline; the relative gap bounds the excess",
            "heuristic": f"the {sl.solver} baseline; the MILP ({sl.status}) found nothing "
@@ -112,7 +127,11 @@ def _explain_straight(stats: dict, sched: Schedule, dims) -> None:
     stats["straight_line"] = {"solver": sl.solver, "status": sl.status,
                               "optimal": sl.optimal, "gap": sl.gap,
                               "seconds": round(sl.seconds, 3),
-                              "variables": sl.variables, "model_peak": sl.model_peak}
+                              "variables": sl.variables, "model_peak": sl.model_peak,
+                              "segments": sl.segments}
+    if sl.fallback_peak is not None:
+        stats["notes"].append(f"the {sl.solver} schedule would peak at {sl.fallback_peak:,} "
+                              f"bytes, above storing everything: everything is stored")
     for v in sl.stored:
         if v.defining_op is None:    # a function input: held by the caller anyway
             continue

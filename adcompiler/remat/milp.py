@@ -38,7 +38,7 @@ def deadline(variables: int, limit: float = DEFAULT_TIME_LIMIT) -> float:
 class _Progress:
     """A line on stderr every second while a solve runs past its first second."""
 
-    def __init__(self, what: str, limit: float):
+    def __init__(self, what: str, limit: float | None):
         import threading
         self.what, self.limit, self.start = what, limit, time.perf_counter()
         self.done = threading.Event()
@@ -48,8 +48,8 @@ class _Progress:
         import sys
         while not self.done.wait(1.0):
             t = time.perf_counter() - self.start
-            print(f"remat: {self.what}: {t:.0f} s of at most {self.limit:.1f} s",
-                  file=sys.stderr, flush=True)
+            most = f" of at most {self.limit:.1f} s" if self.limit is not None else ""
+            print(f"remat: {self.what}: {t:.0f} s{most}", file=sys.stderr, flush=True)
 
     def __enter__(self):
         self.thread.start()
@@ -110,8 +110,11 @@ class _Model:
         self.lb.append(lb)
         self.cost.append(cost)
 
-    def solve(self, budget: int | None, time_limit: float) -> tuple[Solution, np.ndarray | None]:
-        """Least recomputation within `budget`, or (None) the least model peak."""
+    def solve(self, budget: int | None, time_limit: float,
+              cutoff: float | None = None) -> tuple[Solution, np.ndarray | None]:
+        """Least recomputation within `budget`, or (None) the least model peak. `cutoff`:
+        only schedules whose objective is below it (an incumbent's), so that "infeasible"
+        proves that none is."""
         from scipy.optimize import Bounds, LinearConstraint, milp
         from scipy.sparse import coo_matrix
         prob, n = self.prob, len(self.lb)
@@ -134,6 +137,8 @@ class _Model:
             hi.append(b)
         for row, a, b in self.rows:
             add(row, a, b)
+        if cutoff is not None and peak_col is None:
+            add({c: x for c, x in enumerate(self.cost) if x}, -np.inf, float(cutoff) - 0.5)
         for t, row in enumerate(self.memory):
             if peak_col is None:
                 add(row, -np.inf, float(budget - prob.fixed[t]))
@@ -152,6 +157,8 @@ class _Model:
             res = milp(cost, integrality=integrality, bounds=Bounds(lb, ub), constraints=cons,
                        options={"time_limit": time_limit, "disp": False})
         sol = Solution(seconds=time.perf_counter() - start, variables=nv)
+        bound = getattr(res, "mip_dual_bound", None)
+        sol.bound = None if bound is None or not np.isfinite(bound) else float(bound)
         if res.x is None:
             sol.status = "infeasible" if res.status == 2 else "no solution"
             sol.optimal = res.status == 2
@@ -160,8 +167,6 @@ class _Model:
         sol.status = "optimal" if sol.optimal else "time limit"
         gap = getattr(res, "mip_gap", None)
         sol.gap = 0.0 if sol.optimal or gap is None else float(gap)
-        bound = getattr(res, "mip_dual_bound", None)
-        sol.bound = None if bound is None else float(bound)
         x = np.round(res.x[:n]).astype(int)
         for (kind, v, t), c in self.col.items():
             if kind == "R" and x[c]:
@@ -188,11 +193,15 @@ def model_size(prob: Problem) -> int:
         sum(len(ts) for ts in prob.clone_times.values())
 
 
-def solve(prob: Problem, budget: int | None, time_limit: float | None = None) -> Solution:
+def solve(prob: Problem, budget: int | None, time_limit: float | None = None,
+          cutoff: float | None = None) -> Solution:
     """The clones of least FLOPs whose model peak fits `budget`; with `budget` None, the
     least model peak (then the least FLOPs at that peak, in a second solve). `time_limit`:
     seconds per solve (default: `deadline` of the model's size). A model of more than
-    `MAX_VARIABLES` is not solved (status ``too large``)."""
+    `MAX_VARIABLES` is not solved (status ``too large``). `cutoff` (with a budget): the
+    objective of an incumbent (`objective`); HiGHS through scipy takes no starting
+    solution, so the incumbent bounds the search instead, and status ``infeasible`` then
+    proves that no schedule of the model is cheaper."""
     size = model_size(prob)
     if size > MAX_VARIABLES:
         return Solution(status="too large", optimal=False, gap=None, variables=size)
@@ -200,7 +209,7 @@ def solve(prob: Problem, budget: int | None, time_limit: float | None = None) ->
     if time_limit is None:
         time_limit = deadline(len(model.lb))
     if budget is not None:
-        return model.solve(budget, time_limit)[0]
+        return model.solve(budget, time_limit, cutoff)[0]
     first, _ = model.solve(None, time_limit)
     if not first.feasible or not first.optimal:   # an unproven peak: not worth a second wait
         return first
@@ -214,3 +223,8 @@ def solve(prob: Problem, budget: int | None, time_limit: float | None = None) ->
     second.bound = second.bound if first.optimal else None
     second.seconds += first.seconds
     return second
+
+
+def objective(prob: Problem, clones: dict[int, list[int]]) -> float:
+    """The MILP's objective of a clone schedule: FLOPs plus one per clone."""
+    return float(sum(prob.cost[prob.ops[k].result] + 1 for ks in clones.values() for k in ks))

@@ -9,6 +9,7 @@ its exact peak predicted, and when the MILP stops at its deadline with a worse s
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
@@ -18,8 +19,9 @@ from ..memory.liveness import predict_peak
 from ..memory.sizes import format_bytes
 from ..passes.clone import clone_module
 from ..passes.dce import dce_function
+from .chain import build_chain, solve_chain
 from .dag import Problem, apply_clones, build_problem
-from .milp import Solution, solve
+from .milp import Solution, _Progress, model_size, objective, solve
 
 
 @dataclass
@@ -37,6 +39,8 @@ class StraightLine:
     seconds: float = 0.0
     variables: int = 0
     model_peak: int | None = None
+    segments: int | None = None                       # the chain DP's segments
+    fallback_peak: int | None = None                  # a baseline's peak, not taken
     stored: list = field(default_factory=list)        # forward values the reverse reads
     recomputed: list = field(default_factory=list)    # (primal op, [clone ops])
 
@@ -55,7 +59,7 @@ def _apply(module: Module, fn: str, clones: dict, dims) -> tuple[Module, Problem
         dce_function(out[fn], out)
     kept = {id(op) for op in out[fn].body.ops}
     made = [(k, op) for k, op in made if id(op) in kept]
-    return out, prob, made, predict_peak(out, fn, dims).peak_bytes
+    return out, prob, made, predict_peak(out, fn, dims).peak_bytes, clones
 
 
 def _flops(prob: Problem, clones: dict) -> int:
@@ -82,7 +86,7 @@ def _infeasible(budget: int, floor: int, proven: bool) -> AdcError:
 
 
 def _finish(module: Module, fn: str, info: StraightLine, prob: Problem, applied) -> tuple:
-    out, p2, made, _ = applied
+    out, p2, made = applied[:3]
     by_primal: dict[int, list] = {}
     for k, op in made:
         by_primal.setdefault(k, []).append(op)
@@ -92,11 +96,20 @@ def _finish(module: Module, fn: str, info: StraightLine, prob: Problem, applied)
     return out, info
 
 
+FALLBACK = "store-all: the baseline's peak was higher"
+MILP_WHOLE = 20_000   # a block with a chain: the MILP runs on it only up to this size
+
+
 def schedule_straight(module: Module, fn: str, budget: int | None, dims: Mapping[str, int],
                       time_limit: float | None = None) -> tuple[Module, StraightLine]:
     """`module` with the straight-line values of `fn` stored or recomputed so that the
     predicted peak fits `budget` with the fewest recomputed FLOPs (None: the least peak).
-    `time_limit`: seconds per MILP solve (default: in proportion to the model)."""
+    `time_limit`: seconds per MILP solve (default: in proportion to the model).
+
+    The chain DP (`chain`) runs when the forward code is a chain of at least two segments;
+    the MILP runs on blocks without one, and on small blocks (`MILP_WHOLE` variables) with
+    the best schedule found so far as its cutoff; the baselines compete when neither found
+    a schedule. The best candidate by exact peak is taken, never worse than store-all."""
     prob = build_problem(module, fn, dims)
     info = StraightLine()
     base = predict_peak(module, fn, dims).peak_bytes
@@ -104,28 +117,62 @@ def schedule_straight(module: Module, fn: str, budget: int | None, dims: Mapping
         info.stored = prob.reverse_uses
         info.model_peak = base
         return module, info
-    if not prob.clone_times:
-        sol = Solution(status="nothing to recompute", model_peak=base)
-    else:
-        sol = solve(prob, budget, time_limit)
-    info.status, info.seconds, info.variables = sol.status, sol.seconds, sol.variables
-    info.model_peak = sol.model_peak
     # candidates: (exact peak, FLOPs, solver, proven, gap, applied)
     cands = []
-    if sol.feasible or sol.status == "nothing to recompute":
+    applied_by: dict[int, tuple] = {}
+
+    def exact(clones):
+        applied = _apply(module, fn, clones, dims)
+        applied_by[id(clones)] = applied
+        return applied[3]
+    ch = build_chain(prob, module, dims) if prob.clone_times else None
+    start = time.perf_counter()
+    dp = None
+    if ch is not None:
+        with _Progress(f"chain DP ({ch.size} segments)", None):
+            dp = solve_chain(ch, budget, base, exact)
+        info.segments = ch.size
+    if dp is not None:
+        plan, peak = dp
+        cands.append((peak, _flops(prob, plan.clones), "chain-dp", False, None,
+                      applied_by[id(plan.clones)]))
+    info.seconds = time.perf_counter() - start
+    fits = [c for c in cands if budget is None or c[0] <= budget]
+    size = model_size(prob) if prob.clone_times else 0
+    sol = Solution(status="not run", optimal=False, gap=None, variables=size)
+    if prob.clone_times and (ch is None or size <= MILP_WHOLE):
+        cutoff = objective(prob, min(fits, key=lambda c: c[1])[5][4]) \
+            if budget is not None and fits else None
+        sol = solve(prob, budget, time_limit, cutoff)
+        info.seconds += sol.seconds
+        if cutoff is not None and sol.status == "infeasible":   # none cheaper: proven
+            best = min(fits, key=lambda c: c[1])
+            cands[cands.index(best)] = best[:3] + (True, 0.0) + best[5:]
+        elif cutoff is not None and sol.status == "no solution" and sol.bound is not None:
+            best = min(fits, key=lambda c: c[1])
+            gap = _gap(objective(prob, best[5][4]), sol.bound)
+            cands[cands.index(best)] = best[:3] + (gap == 0.0, gap) + best[5:]
+    elif not prob.clone_times:
+        sol = Solution(status="nothing to recompute", model_peak=base)
+    info.status, info.variables = sol.status, sol.variables
+    info.model_peak = sol.model_peak if sol.feasible else None
+    if sol.feasible:
         applied = _apply(module, fn, sol.clones, dims)
         cands.append((applied[3], _flops(prob, sol.clones), "highs-milp", sol.optimal,
                       sol.gap, applied))
-    if not (sol.optimal and sol.feasible):
+    fits = [c for c in cands if budget is None or c[0] <= budget]
+    if not fits or (budget is None and ch is None and not (sol.optimal and sol.feasible)):
         for name, clones in _incumbents(prob):
             applied = _apply(module, fn, clones, dims)
             cands.append((applied[3], _flops(prob, clones), name, False, None, applied))
-    cands.append((base, 0, "store-all", sol.optimal, sol.gap, (module, prob, [], base)))
+    cands.append((base, 0, "store-all", sol.optimal and sol.status != "not run", sol.gap,
+                  (module, prob, [], base, {})))
     if budget is not None:
         fitting = [c for c in cands if c[0] <= budget]
         if not fitting:        # the model's peak bounds the exact one: try its least
             floor, proven = min(c[0] for c in cands), False
-            least = solve(prob, None, time_limit) if prob.clone_times else None
+            least = solve(prob, None, time_limit) if prob.clone_times and \
+                (ch is None or size <= MILP_WHOLE) else None
             if least is not None and least.feasible:
                 applied = _apply(module, fn, least.clones, dims)
                 floor, proven = min(floor, applied[3]), least.optimal
@@ -138,14 +185,18 @@ def schedule_straight(module: Module, fn: str, budget: int | None, dims: Mapping
     else:
         best = min(cands, key=lambda c: (c[0], c[1]))
     peak, flops, solver, proven, gap, applied = best
-    if solver in ("highs-milp", "store-all"):
-        info.solver, info.optimal, info.gap = "highs-milp", proven, (0.0 if proven else gap)
-    else:                                   # a baseline beat what the MILP found in time
-        info.solver, info.optimal = solver, False
-        info.gap = _gap(flops, sol.bound) if budget is not None else None
     if solver == "store-all":
+        info.solver, info.optimal, info.gap = "highs-milp", proven, (0.0 if proven else gap)
         info.stored = prob.reverse_uses
         return module, info
+    info.solver, info.optimal = solver, proven
+    info.gap = 0.0 if proven else gap
+    if solver == "highs-milp":
+        info.model_peak = sol.model_peak
+    elif not proven and gap is None and budget is not None and solver != "chain-dp":
+        info.gap = _gap(flops, sol.bound)
+    if info.optimal:
+        info.status = "optimal"
     return _finish(module, fn, info, prob, applied)
 
 
@@ -171,5 +222,11 @@ def schedule_baseline(module: Module, fn: str, dims: Mapping[str, int],
         info.model_peak = predict_peak(module, fn, dims).peak_bytes
         return module, info
     applied = _apply(module, fn, clones, dims)
+    base = predict_peak(module, fn, dims).peak_bytes
+    if applied[3] > base:          # the cut's objective is not the peak: never worse
+        info.status, info.model_peak = FALLBACK, base
+        info.stored = prob.reverse_uses
+        info.fallback_peak = applied[3]
+        return module, info
     info.model_peak = applied[3]
     return _finish(module, fn, info, prob, applied)

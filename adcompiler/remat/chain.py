@@ -1,0 +1,346 @@
+"""Straight-line remat as a chain: the forward code cut into segments, solved by a dynamic
+program (Beaumont, Eyraud-Dubois, Herrmann, Joly, Shilova, "Optimal checkpointing for
+heterogeneous chains", the Rotor DP).
+
+Most networks are chains of blocks: the cut points of the forward code (program points
+where one forward value alone is live, `saved.chain_boundaries`) that the reverse sweep also
+reads split it into segments 1..K. Segment ``i`` has its own costs and sizes: the FLOPs to
+compute its output ``c_i`` from ``c_{i-1}`` (``uf``) and to recompute its tape (the values
+its reverse reads, ``ut``; both, ``ua``), the bytes of ``c_i`` (``a``), of its tape with
+``c_i`` (``abar``), its forward working set and the bytes the schedule cannot move during its
+reverse (``over``: gradients, adjoints, inputs not yet freed, from `Problem.fixed`).
+
+The DP, with ``m`` the bytes left for held values (in units of ``budget / Q``, rounded up):
+
+* ``C[s, t, m]``: the least FLOPs to run the reverse of segments t..s with ``c_{s-1}`` held;
+  a single segment recomputes its tape; otherwise either recompute all of segment s and
+  keep its tape (``C[s+1, t, m - abar_s] + ua_s``), or run forward to a later ``c_{s'-1}``,
+  keep it, and solve both sides (``uf_s..uf_{s'-1} + C[s', t, m - a_{s'-1}] + C[s, s'-1, m]``);
+* ``D[s, m]``: the same in the original forward pass, where running forward is free.
+
+The plan becomes clones (`dag.apply_clones`): each recomputation pass goes right before the
+reverse of the segment it serves (the reverse ops carry their primal op's location), and
+each clone replaces the value from there on, so a checkpoint lives until the pass that
+recomputes it again. The exact peak then comes from `memory.predict_peak`; when the chain
+model was short of it, the DP is solved again with the budget cut by the shortfall.
+The DP is optimal for its chain model; the memory model is checked, not optimized, on it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import math
+
+import numpy as np
+
+from ..ir.core import Module, Value
+from ..memory.flops import op_flops
+from .dag import Problem, recomputable
+from .saved import chain_boundaries
+
+INF = float("inf")
+UNITS = 128            # memory resolution of the DP: the budget in this many units
+MAX_SEGMENTS = 192     # longer chains are coarsened (adjacent segments merged)
+
+
+@dataclass
+class Chain:
+    stages: list[list[int]]                   # forward op indices of each segment
+    cut: list[Value | None]                   # c_i, the output of segment i (None: last)
+    a: list[int]                              # bytes of c_i (a[0] = 0: the inputs)
+    abar: list[int]                           # bytes of the tape of i and c_i
+    fwn: list[int]                            # working set of segment i run forward
+    fwt: list[int]                            # ... keeping its tape
+    over: list[int]                           # bytes not held by the schedule, in reverse
+    start: list[int | None]                   # the time of segment i's recomputation pass
+    need_c: list[list[int]] = field(default_factory=list)     # ops computing c_i
+    need_t: list[list[int]] = field(default_factory=list)     # ops computing the tape
+    uf: list[float] = field(default_factory=list)
+    ut: list[float] = field(default_factory=list)
+    ua: list[float] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return len(self.stages)
+
+
+def _closure(prob: Problem, roots, inside: set[int]) -> list[int]:
+    """Ops in `inside` that `roots` depend on, through values defined in `inside`."""
+    seen: set[int] = set()
+    stack = [prob.born[v] for v in roots]
+    while stack:
+        k = stack.pop()
+        if k in seen or k not in inside:
+            continue
+        seen.add(k)
+        stack += [prob.born[u] for u in prob.ops[k].operands if prob.born.get(u, -1) >= 0]
+    return sorted(seen)
+
+
+def build_chain(prob: Problem, module: Module, dims) -> Chain | None:
+    """The chain of segments of `prob`'s forward code, or None when it has fewer than 2."""
+    B = prob.boundary
+    read = set(prob.reverse_uses)
+    cuts = [c for c in chain_boundaries(prob) if c in read]
+    if len(cuts) > MAX_SEGMENTS:                 # coarsen evenly
+        step = len(cuts) / MAX_SEGMENTS
+        cuts = [cuts[int((k + 1) * step) - 1] for k in range(MAX_SEGMENTS)]
+    if not cuts:
+        return None
+    ends = [prob.born[c] for c in cuts]
+    if ends[-1] < B - 1:
+        ends.append(B - 1)
+    K = len(ends)
+    if K < 2:
+        return None
+    stage_of = [0] * B
+    stages, lo = [], 0
+    for i, e in enumerate(ends):
+        stages.append(list(range(lo, e + 1)))
+        for k in range(lo, e + 1):
+            stage_of[k] = i
+        lo = e + 1
+    cut: list[Value | None] = list(cuts[:K]) + [None] * (K - len(cuts))
+    tape: list[list[Value]] = [[] for _ in range(K)]
+    for v in prob.reverse_uses:
+        if 0 <= prob.born[v] < B:
+            tape[stage_of[prob.born[v]]].append(v)
+    nb = prob.nbytes
+    # the reverse of segment i: reverse ops carrying the location of one of its ops
+    where: dict = {}
+    for k in range(B):
+        loc = prob.ops[k].loc
+        if loc is not None:
+            where.setdefault(str(loc), set()).add(stage_of[k])
+    window: list[list[int]] = [[] for _ in range(K)]
+    for t in range(B, len(prob.ops)):
+        loc = prob.ops[t].loc
+        for i in where.get(str(loc), ()) if loc is not None else ():
+            window[i].append(t)
+    # bytes the schedule does not hold: fixed bytes and the function inputs still live
+    base = list(prob.fixed)
+    for v in prob.free:
+        if prob.born[v] < 0 and prob.uses[v]:
+            for t in range(B, min(prob.uses[v][-1], len(base) - 1) + 1):
+                base[t] += nb[v]
+    start: list[int | None] = []
+    over: list[int] = []
+    for i in range(K):
+        first = [t for v in tape[i] for t in prob.uses[v] if t >= B]
+        ts = sorted(window[i]) or sorted(first)
+        start.append(ts[0] if ts else None)
+        span = range(ts[0], ts[-1] + 1) if ts else range(0)
+        over.append(max((base[t] for t in span), default=0))
+    ch = Chain(stages, cut, [0] * (K + 1), [0] * K, [0] * K, [0] * K, over, start)
+    cost = {}
+    for i, ops in enumerate(stages):
+        inside = set(ops)
+        c = cut[i]
+        ch.a[i + 1] = nb[c] if c is not None else 0
+        ch.abar[i] = sum(nb[v] for v in set(tape[i]) | ({c} if c is not None else set()))
+        ch.need_c.append(_closure(prob, [c], inside) if c is not None else [])
+        ch.need_t.append(_closure(prob, tape[i], inside))
+        for k in ops:
+            if k not in cost:
+                op = prob.ops[k]
+                cost[k] = INF if not recomputable(op) else \
+                    float(prob.cost.get(op.result, op_flops(op, dims, module)) + 1)
+        ch.uf.append(sum(cost[k] for k in ch.need_c[i]))
+        ch.ut.append(sum(cost[k] for k in ch.need_t[i]))
+        ch.ua.append(sum(cost[k] for k in set(ch.need_c[i]) | set(ch.need_t[i])))
+        # working sets: stage values live during each op, freed after their last use in
+        # the segment (fwn), or with the tape kept to the end (fwt)
+        keep = set(tape[i])
+        live_n = live_t = peak_n = peak_t = 0
+        dies: dict[int, list[Value]] = {}
+        for k in ops:
+            for r in prob.ops[k].results:
+                last = max([t for t in prob.uses.get(r, []) if t < B and t in inside],
+                           default=k)
+                dies.setdefault(last, []).append(r)
+                live_n += nb[r]
+                live_t += nb[r]
+            peak_n, peak_t = max(peak_n, live_n), max(peak_t, live_t)
+            for r in dies.pop(k, ()):
+                live_n -= nb[r]
+                live_t -= 0 if r in keep else nb[r]
+        ch.fwn[i] = peak_n
+        ch.fwt[i] = max(peak_t, ch.abar[i])
+    return ch
+
+
+@dataclass
+class Plan:
+    """What the DP found: its FLOPs (chain model), the clones, the units it worked in."""
+    flops: float
+    clones: dict[int, list[int]]
+    unit: int
+
+
+class _Tables:
+    """The DP tables for one budget (in units of `unit` bytes)."""
+
+    def __init__(self, ch: Chain, budget: int, units: int = UNITS):
+        K, Q = ch.size, units
+        self.ch, self.Q = ch, Q
+        # every condition reads m >= bytes + over[.]: count from the least `over` up, in
+        # units that divide the sizes of the checkpoints when they allow it
+        self.floor = floor = min(ch.over)
+        room = max(budget - floor, 1)
+        g = 0
+        for x in ch.a[1:] + ch.abar:
+            g = math.gcd(g, x)
+        q = -(-room // Q)
+        if g:
+            q = g * -(-q // g) if q > g else g // (g // q)
+        self.unit = q
+        near = lambda b: min(Q + 1, max(int(b > 0), (int(b) + q // 2) // q))              # noqa: E731
+        up = lambda b: min(Q + 1, max(0, -(-(int(b) - floor) // q)))     # noqa: E731
+        a = [near(x) for x in ch.a]
+        abar = [near(x) for x in ch.abar]
+        over = [up(x) for x in ch.over]                 # over[s] - floor, rounded up
+        fwn = [near(x) for x in ch.fwn]
+        fwt = [near(x) for x in ch.fwt]
+        self.a, self.abar, self.over, self.fwn, self.fwt = a, abar, over, fwn, fwt
+        m = np.arange(Q + 1)
+        C = np.full((K, K, Q + 1), INF)      # C[s, t] (0-based, s <= t)
+        SH = np.full((K, K, Q + 1), INF)     # SH[t, s'][m] = C[s', t][m - a_{s'}]
+        Cc = np.full((K, K, Q + 1), -1, dtype=np.int16)   # -1: keep s's tape; s': split
+        uf = np.array(ch.uf)
+        cum = np.concatenate([[0.0], np.cumsum(np.where(np.isinf(uf), 0.0, uf))])
+        cinf = np.concatenate([[0], np.cumsum(np.isinf(uf))])   # uf_s + .. + uf_{s'-1}:
+        # cum[s'] - cum[s], or INF when a segment between cannot be recomputed
+        a_, abar_, over_ = np.array(a), np.array(abar), np.array(over)
+        fwt_, ua = np.array(fwt), np.array(ch.ua)
+        FM = np.zeros((K, K), dtype=np.int64)          # FM[s, e] = max fwn[s..e]
+        for s in range(K):
+            FM[s, s:] = np.maximum.accumulate(np.array(fwn[s:]))
+
+        def shifted(rows, by):
+            """rows[i][m - by[i]] (INF below 0), for a stack of rows."""
+            idx = m[None, :] - by[:, None]
+            out = np.take_along_axis(rows, np.clip(idx, 0, Q), axis=1)
+            out[idx < 0] = INF
+            return out
+        ks = np.arange(K)
+        need = fwt_ + over_
+        C[ks, ks] = np.where(m[None, :] >= need[:, None], np.array(ch.ut)[:, None], INF)
+        SH[ks, ks] = shifted(C[ks, ks], a_[:K])
+        for d in range(1, K):
+            s = np.arange(K - d)
+            t = s + d
+            # keep the tape of s: recompute all of s, then t..s+1, then the reverse of s
+            best = shifted(C[s + 1, t], abar_[s]) + ua[s][:, None]
+            thr = np.maximum(abar_[s] + over_[s], fwt_[s] + over_[t])
+            best[m[None, :] < thr[:, None]] = INF
+            # forward to c_{s'-1} and keep it: s' = s + 1 + j, j in 0..d-1
+            j = np.arange(d)
+            sp = s[:, None] + 1 + j[None, :]
+            cand = SH[t[:, None], sp] + C[s[:, None], sp - 1]
+            run = np.where(cinf[sp] > cinf[s][:, None], INF, cum[sp] - cum[s][:, None])
+            cand += run[:, :, None]
+            fw = FM[s[:, None], sp - 1] + over_[t][:, None]
+            cand[m[None, None, :] < fw[:, :, None]] = INF
+            val = cand.min(axis=1)
+            better = val < best
+            if better.any():
+                Cc[s, t] = np.where(better, cand.argmin(axis=1) + s[:, None] + 1, -1)
+            C[s, t] = np.minimum(val, best)
+            SH[t, s] = shifted(C[s, t], a_[s])
+        # the original forward pass: D[s][m], s..K-1 left, running forward free
+        D = np.full((K + 1, Q + 1), INF)
+        Dc = np.zeros((K + 1, Q + 1), dtype=np.int16)
+        D[K] = 0.0
+        for s in range(K - 1, -1, -1):
+            best = shifted(D[s + 1:s + 2], abar_[s:s + 1])[0]
+            best[m < abar[s] + over[s]] = INF
+            choice = np.full(Q + 1, -1, dtype=np.int16)
+            sp = np.arange(s + 1, K + 1)
+            cand = shifted(D[sp], a_[sp]) + C[s, sp - 1]
+            k = np.argmin(cand, axis=0)
+            val = cand[k, m]
+            better = val < best
+            D[s] = np.where(better, val, best)
+            Dc[s] = np.where(better, sp[k], choice)
+        self.C, self.Cc, self.D, self.Dc = C, Cc, D, Dc
+
+    def units(self, budget: int) -> int:
+        """The units of `budget` (at most Q)."""
+        return max(0, min(self.Q, (budget - self.floor) // self.unit))
+
+    def least(self) -> int | None:
+        """The fewest units at which the chain has a schedule."""
+        ok = np.nonzero(np.isfinite(self.D[0]))[0]
+        return int(ok[0]) if len(ok) else None
+
+    def plan(self, m: int) -> Plan | None:
+        """The clones of the DP's schedule with `m` units."""
+        if not np.isfinite(self.D[0, m]):
+            return None
+        ch, a, abar = self.ch, self.a, self.abar
+        passes: dict[int, set[int]] = {}
+
+        def add(t, ops):
+            if t is not None and ops:
+                passes.setdefault(t, set()).update(ops)
+        work = [("D", 0, ch.size - 1, m)]
+        while work:
+            kind, s, t, mm = work.pop()
+            if kind == "D":
+                if s >= ch.size:
+                    continue
+                c = int(self.Dc[s, mm])
+                if c < 0:
+                    work.append(("D", s + 1, t, mm - abar[s]))
+                else:       # C(s, c-1) runs after D(c): pushed first
+                    work.append(("C", s, c - 1, mm))
+                    work.append(("D", c, t, mm - a[c]))
+                continue
+            if s == t:
+                add(ch.start[s], ch.need_t[s])
+                continue
+            c = int(self.Cc[s, t, mm])
+            if c < 0:
+                add(ch.start[t], set(ch.need_c[s]) | set(ch.need_t[s]))
+                work.append(("C", s + 1, t, mm - abar[s]))
+            else:
+                add(ch.start[t], [k for i in range(s, c) for k in ch.need_c[i]])
+                work.append(("C", s, c - 1, mm))
+                work.append(("C", c, t, mm - a[c]))
+        clones = {t: sorted(ops) for t, ops in passes.items()}
+        return Plan(float(self.D[0, m]), clones, self.unit)
+
+
+def _least(ch: Chain, store_all: int, exact) -> tuple[Plan, int] | None:
+    """The DP's schedule of least peak (found in units of the store-all peak, then again
+    in finer units) and its exact peak."""
+    tab = _Tables(ch, store_all)
+    m = tab.least()
+    if m is None:
+        return None
+    tab = _Tables(ch, tab.floor + (m + 1) * tab.unit)
+    plan = tab.plan(tab.least())
+    return plan, exact(plan.clones)
+
+
+def solve_chain(ch: Chain, budget: int | None, store_all: int, exact,
+                tries: int = 4) -> tuple[Plan, int] | None:
+    """The DP's schedule for `budget` (None: the least peak) and its exact peak
+    (`exact(clones)`). While the exact peak misses the budget (the chain model rounds sizes
+    to its units and does not see every byte), the DP's schedule for fewer units is taken,
+    fewer by the shortfall (at most `tries` schedules); when the model has no schedule
+    that fits, its schedule of least peak is tried. None if nothing fits."""
+    if budget is None:
+        return _least(ch, store_all, exact)
+    tab = _Tables(ch, budget)
+    m = tab.units(budget)
+    for _ in range(tries):
+        plan = tab.plan(m) if m >= 0 else None
+        if plan is None:
+            break
+        peak = exact(plan.clones)
+        if peak <= budget:
+            return plan, peak
+        m -= max(1, -(-(peak - budget) // tab.unit))
+    least = _least(ch, store_all, exact)
+    return least if least is not None and least[1] <= budget else None
