@@ -6,10 +6,11 @@ whether the predicted peak is the measured one.
 
 Part 1, unrolled networks (no loop: straight-line code, as most PyTorch models are
 written): MLPs of 32, 64 and 128 layers and transformer stacks of 12 and 24 blocks. For a
-sweep of budgets from `min-memory` to store-all: the time to schedule, the predicted peak
-(the measured one is checked equal on every run) and the recomputation, with what the
-solver proved. Then the baselines, Chen's √n segments and the min-cut, each against the
-exact schedule at the same predicted peak (``budget:`` equal to the baseline's peak).
+sweep of budgets from `min-memory` to store-all: the time to schedule (every run's measured
+peak is checked equal to the predicted one) and which solver made the schedule. Then the
+baselines, Chen's √n segments and the min-cut, each against the chain DP at the same
+predicted peak (``budget:`` equal to the baseline's peak), and the DP's recomputation over
+the MILP's proven optimum at three budgets of the sweep (the MILP alone, `--milp-seconds`).
 
 Part 2, loops: the tanh RNN sample over T = 10^3, 10^4, 10^5 steps under `revolve:4`,
 `budget:` (half of store-all) and `min-memory`: the time to schedule and the size of
@@ -33,6 +34,7 @@ from adcompiler.cli.compile import compile_program  # noqa: E402
 from adcompiler.cli.dtype import bind_dims  # noqa: E402
 from adcompiler.cli.inputs import DimBinder, random_inputs  # noqa: E402
 from adcompiler.diagnostics import AdcError  # noqa: E402
+from adcompiler.memory import predict_peak  # noqa: E402
 from adcompiler.remat.explain import remat_stats  # noqa: E402
 from adcompiler.remat.policy import Policy  # noqa: E402
 from adcompiler.remat.schedule import schedule  # noqa: E402
@@ -109,6 +111,34 @@ def ops_of(module, fn) -> int:
     return sum(1 for _ in module[fn].walk())
 
 
+def _cpu_capped(seconds, fn, *args):
+    """`capped`, with the CPU seconds of this process (all its threads) as well: on a
+    shared machine the wall time mostly measures the other jobs."""
+    start = time.process_time()
+    res, wall = capped(seconds, fn, *args)
+    return res, wall, time.process_time() - start
+
+
+def _median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if xs else float("nan")
+
+
+def _milp_optimum(module, fn, budget, seconds):
+    """The MILP alone at `budget` (no cutoff): its exact peak and recomputed FLOPs when
+    HiGHS proves its optimum within `seconds`, else None."""
+    from adcompiler.remat import milp
+    from adcompiler.remat.dag import build_problem
+    from adcompiler.remat.straight import _apply, _flops
+    prob = build_problem(module, fn, {})
+    if milp.model_size(prob) > milp.MAX_VARIABLES:
+        return None
+    sol = milp.solve(prob, budget, seconds)
+    if not (sol.optimal and sol.feasible):
+        return None
+    return _apply(module, fn, sol.clones, {})[3], _flops(prob, sol.clones)
+
+
 def networks(args) -> None:
     models = [("MLP", n, mlp(n)) for n in (32, 64, 128)] + \
              [("transformer", n, transformer(n)) for n in (12, 24)]
@@ -116,51 +146,63 @@ def networks(args) -> None:
         models = [m for m in models if m[1] in (32, 12)]
     points = 4 if args.quick else 10
     print("## Unrolled networks (straight-line code)\n")
-    print("| model | budgets | solve time per budget: median / max (s) | proven optimal "
-          "| recompute: exact at Chen's peak vs Chen | exact at mincut's peak vs mincut "
-          "| predicted = measured |")
-    print("|---|---|---|---|---|---|---|")
+    print("| model | segments | CPU s per schedule: median / max | wall s: median / max "
+          "| solver (of "
+          f"{points}) | recompute at Chen's peak: budget: (its solver) vs Chen | at mincut's "
+          "peak: budget: vs mincut | over the MILP's proven optimum | predicted = measured |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    from adcompiler.memory import function_flops
     for kind, n, text in models:
         module, fn, inputs = compiled(text)
         none = checked(module, fn, schedule(module, "none", fn), {}, inputs)
-        lo, t_lo = capped(args.cap, schedule, module, "min-memory", fn)
+        hi, fwd = none["peak_bytes_store_all"], none["forward_flops"]
+        lo, t_lo, c_lo = _cpu_capped(args.cap, schedule, module, "min-memory", fn)
         if lo is None:
-            print(f"| {kind} {n} | - | min-memory > {args.cap:.0f} s | | | | |")
+            print(f"| {kind} {n} | | | min-memory > {args.cap:.0f} s | | | | | |")
             continue
-        floor = checked(module, fn, lo, {}, inputs)["peak_bytes_predicted"]
-        hi = none["peak_bytes_store_all"]
-        budgets = sorted({floor + (hi - floor) * k // (points - 1) for k in range(points)})
-        times, proven, rows = [t_lo], 0, []
+        floor = checked(module, fn, lo, {}, inputs)
+        budgets = sorted({floor["peak_bytes_predicted"]
+                          + (hi - floor["peak_bytes_predicted"]) * k // (points - 1)
+                          for k in range(points)})
+        times, cpu, solvers, segments = [t_lo], [c_lo], {}, floor["straight_line"]["segments"]
+        sweep = {}
         for b in budgets:
-            s, t = capped(args.cap, schedule, module, Policy("budget", budget=b), fn)
+            s, t, c = _cpu_capped(args.cap, schedule, module, Policy("budget", budget=b), fn)
             if s is None:
                 times.append(float("inf"))
                 continue
             st = checked(module, fn, s, {}, inputs)
             times.append(t)
-            proven += st["guarantee"] == "optimal"
-            rows.append(st)
+            cpu.append(c)
+            sweep[b] = st
+            solvers[st["solver"] or "store-all"] = solvers.get(st["solver"] or "store-all", 0) + 1
         cells = []
         for name in ("chen", "mincut"):
             base = schedule_baseline(module, fn, {}, name)
-            peak = None
-            from adcompiler.memory import predict_peak
             peak = predict_peak(base[0], fn, {}).peak_bytes
-            from adcompiler.memory import function_flops
-            fwd = none["forward_flops"]
             rec = function_flops(base[0][fn], {}, base[0], only_recompute=True) / fwd
+            fell = " (store-all: the cut peaked higher)" if base[1].fallback_peak else ""
             try:
                 ex, _ = capped(args.cap, schedule, module, Policy("budget", budget=peak), fn)
-                er = checked(module, fn, ex, {}, inputs)["recompute_fraction"] if ex else None
+                es = checked(module, fn, ex, {}, inputs) if ex else None
             except AdcError:
-                er = None
-            cells.append(f"{'-' if er is None else f'{er:.2f}x'} vs {rec:.2f}x "
-                         f"(peak {peak / hi:.0%} of store-all)")
-        finite = sorted(t for t in times if t != float("inf"))
-        med = finite[len(finite) // 2] if finite else float("nan")
+                es = None
+            got = "-" if es is None else f"{es['recompute_fraction']:.2f}x ({es['solver']})"
+            cells.append(f"{got} vs {rec:.2f}x (peak {peak / hi:.0%} of store-all{fell})")
+        exact = []
+        for b in budgets[1:-1:3] if args.milp_seconds > 0 else ():
+            opt = _milp_optimum(module, fn, b, args.milp_seconds)
+            if opt is not None and b in sweep:
+                exact.append(f"{sweep[b]['recompute_flops'] / max(opt[1], 1):.2f}x at "
+                             f"{b / hi:.0%}")
+        milp_cell = ", ".join(exact) if exact else \
+            ("not proven in " f"{args.milp_seconds:.0f} s" if args.milp_seconds > 0 else "")
+        finite = [t for t in times if t != float("inf")]
         worst = "> cap" if len(finite) < len(times) else f"{max(finite):.2f}"
-        print(f"| {kind} {n} | {len(budgets)} + min-memory | {med:.2f} / {worst} "
-              f"| {proven} of {len(budgets)} | {cells[0]} | {cells[1]} | yes |", flush=True)
+        used = ", ".join(f"{k} {v}" for k, v in sorted(solvers.items()))
+        print(f"| {kind} {n} | {segments} | {_median(cpu):.2f} / {max(cpu):.2f} "
+              f"| {_median(finite):.2f} / {worst} | {used} "
+              f"| {cells[0]} | {cells[1]} | {milp_cell} | yes |", flush=True)
 
 
 def loops(args) -> None:
@@ -197,6 +239,9 @@ def main() -> None:
     ap.add_argument("--run-steps", type=int, default=1000,
                     help="run (and check the peak of) loops up to this many steps (1000)")
     ap.add_argument("--only", choices=("networks", "loops"))
+    ap.add_argument("--milp-seconds", type=float, default=60.0,
+                    help="the MILP alone, for its proven optimum at 3 budgets per network "
+                         "(seconds per solve; 0: skip) (60)")
     args = ap.parse_args()
     if args.only != "loops":
         networks(args)

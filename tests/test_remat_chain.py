@@ -228,3 +228,40 @@ def test_progress_lines_after_a_second(capsys):
         pass
     err = capsys.readouterr().err
     assert err.strip() == "remat: chain DP (3 segments): 1 s"
+
+
+def _train(capsys, tmp_path, *opts):
+    import re
+    from adcompiler import cli
+    code = cli.main([str(a) for a in ("train", tmp_path / "stack.tdsl", "--data",
+                                      tmp_path / "d.npz", "--batch", 64, "--steps", 2,
+                                      "--save", tmp_path / "out.npz", *opts)])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    peaks = re.search(r"predicted peak ([\d,]+) bytes .* measured peak ([\d,]+) bytes", err)
+    with np.load(tmp_path / "out.npz") as z:
+        params = {k: z[k] for k in z.files}
+    return [int(g.replace(",", "")) for g in peaks.groups()] if peaks else None, params
+
+
+def test_training_an_unrolled_transformer_under_half_its_peak(tmp_path, capsys):
+    import importlib.util
+    import sys
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "remat_scale.py"
+    spec = importlib.util.spec_from_file_location("remat_scale_gen", path)
+    bench = importlib.util.module_from_spec(spec)
+    saved = list(sys.path)
+    spec.loader.exec_module(bench)
+    sys.path[:] = saved
+    (tmp_path / "stack.tdsl").write_text(bench.transformer(4, t="B", d=4))
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "d.npz", x=rng.standard_normal((128, 4)).astype("f4"),
+             target=rng.standard_normal((128, 4)).astype("f4"))
+    (store_all, measured), ref = _train(capsys, tmp_path, "--memory-budget", "1GiB")
+    assert measured == store_all
+    budget = store_all // 2
+    (predicted, measured), params = _train(capsys, tmp_path, "--memory-budget", budget)
+    assert measured == predicted <= budget
+    assert params.keys() == ref.keys()
+    assert all(np.array_equal(params[k], ref[k]) for k in ref)   # the same two updates

@@ -108,8 +108,9 @@ def schedule_straight(module: Module, fn: str, budget: int | None, dims: Mapping
 
     The chain DP (`chain`) runs when the forward code is a chain of at least two segments;
     the MILP runs on blocks without one, and on small blocks (`MILP_WHOLE` variables) with
-    the best schedule found so far as its cutoff; the baselines compete when neither found
-    a schedule. The best candidate by exact peak is taken, never worse than store-all."""
+    the DP's schedule as its cutoff; the baselines (Chen's segments, the min-cut) compete
+    unless the MILP proved its schedule. The best candidate by exact peak is taken, never
+    worse than store-all."""
     prob = build_problem(module, fn, dims)
     info = StraightLine()
     base = predict_peak(module, fn, dims).peak_bytes
@@ -160,8 +161,7 @@ def schedule_straight(module: Module, fn: str, budget: int | None, dims: Mapping
         applied = _apply(module, fn, sol.clones, dims)
         cands.append((applied[3], _flops(prob, sol.clones), "highs-milp", sol.optimal,
                       sol.gap, applied))
-    fits = [c for c in cands if budget is None or c[0] <= budget]
-    if not fits or (budget is None and ch is None and not (sol.optimal and sol.feasible)):
+    if not (sol.optimal and sol.feasible):
         for name, clones in _incumbents(prob):
             applied = _apply(module, fn, clones, dims)
             cands.append((applied[3], _flops(prob, clones), name, False, None, applied))
