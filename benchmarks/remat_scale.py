@@ -125,18 +125,63 @@ def _median(xs):
 
 
 def _milp_optimum(module, fn, budget, seconds):
-    """The MILP alone at `budget` (no cutoff): its exact peak and recomputed FLOPs when
-    HiGHS proves its optimum within `seconds`, else None."""
+    """The MILP alone at `budget` (no cutoff): (exact peak, recomputed FLOPs) when HiGHS
+    proves its optimum within `seconds`; "too large" or None (not proven) otherwise."""
     from adcompiler.remat import milp
     from adcompiler.remat.dag import build_problem
     from adcompiler.remat.straight import _apply, _flops
     prob = build_problem(module, fn, {})
     if milp.model_size(prob) > milp.MAX_VARIABLES:
-        return None
+        return "too large"
     sol = milp.solve(prob, budget, seconds)
     if not (sol.optimal and sol.feasible):
         return None
     return _apply(module, fn, sol.clones, {})[3], _flops(prob, sol.clones)
+
+
+def _dp_alone(module, fn, budget):
+    """The chain DP alone at `budget`: (exact peak, recomputed FLOPs, CPU s) or None."""
+    from adcompiler.remat.chain import build_chain, solve_chain
+    from adcompiler.remat.dag import build_problem
+    from adcompiler.remat.straight import _apply, _flops
+    start = time.process_time()
+    prob = build_problem(module, fn, {})
+    ch = build_chain(prob, module, {})
+    base = predict_peak(module, fn, {}).peak_bytes
+    got = solve_chain(ch, budget, base, lambda cl: _apply(module, fn, cl, {})[3]) \
+        if ch is not None else None
+    if got is None:
+        return None
+    return got[1], _flops(prob, got[0].clones), time.process_time() - start
+
+
+def exact(args) -> None:
+    """The chain DP alone against the MILP's proven optimum, on networks small enough."""
+    print("\n## The chain DP against the MILP's proven optimum (small unrolled networks)\n")
+    print("| model | budget (of store-all) | DP: recomputed FLOPs | MILP optimum: recomputed "
+          "FLOPs | DP / optimum | DP CPU s | MILP s |")
+    print("|---|---|---|---|---|---|---|")
+    models = [("MLP", n, mlp(n, width=16, batch=16)) for n in (4, 8, 16)] + \
+             [("transformer", n, transformer(n, t=8, d=8)) for n in (1, 2, 4)]
+    for kind, n, text in models:
+        module, fn, inputs = compiled(text)
+        hi = predict_peak(module, fn, {}).peak_bytes
+        floor = remat_stats(module, schedule(module, "min-memory", fn), {})
+        lo = floor["peak_bytes_predicted"]
+        for frac in (0.25, 0.5, 0.75):
+            b = lo + int((hi - lo) * frac)
+            dp = _dp_alone(module, fn, b)
+            start = time.perf_counter()
+            opt = _milp_optimum(module, fn, b, args.milp_seconds)
+            took = time.perf_counter() - start
+            dcell = "no fit" if dp is None else f"{dp[1]:,}"
+            ocell = "too large" if opt == "too large" else \
+                f"not proven in {args.milp_seconds:.0f} s" if opt is None else f"{opt[1]:,}"
+            ratio = f"{dp[1] / opt[1]:.2f}" if dp is not None and isinstance(opt, tuple) \
+                and opt[1] else ("1.00" if dp is not None and isinstance(opt, tuple)
+                                 and dp[1] == 0 else "")
+            print(f"| {kind} {n} | {b:,} ({b / hi:.0%}) | {dcell} | {ocell} | {ratio} "
+                  f"| {'' if dp is None else f'{dp[2]:.2f}'} | {took:.1f} |", flush=True)
 
 
 def networks(args) -> None:
@@ -187,16 +232,18 @@ def networks(args) -> None:
                 es = checked(module, fn, ex, {}, inputs) if ex else None
             except AdcError:
                 es = None
-            got = "-" if es is None else f"{es['recompute_fraction']:.2f}x ({es['solver']})"
+            got = "-" if es is None else \
+                f"{es['recompute_fraction']:.2f}x ({es['solver'] or 'store-all'})"
             cells.append(f"{got} vs {rec:.2f}x (peak {peak / hi:.0%} of store-all{fell})")
-        exact = []
+        cellm = []
         for b in budgets[1:-1:3] if args.milp_seconds > 0 else ():
             opt = _milp_optimum(module, fn, b, args.milp_seconds)
-            if opt is not None and b in sweep:
-                exact.append(f"{sweep[b]['recompute_flops'] / max(opt[1], 1):.2f}x at "
-                             f"{b / hi:.0%}")
-        milp_cell = ", ".join(exact) if exact else \
-            ("not proven in " f"{args.milp_seconds:.0f} s" if args.milp_seconds > 0 else "")
+            if opt == "too large":
+                cellm = ["MILP too large"]
+                break
+            cellm.append(f"not proven in {args.milp_seconds:.0f} s" if opt is None else
+                         f"{sweep[b]['recompute_flops'] / max(opt[1], 1):.2f}x at {b / hi:.0%}")
+        milp_cell = ", ".join(sorted(set(cellm), key=cellm.index))
         finite = [t for t in times if t != float("inf")]
         worst = "> cap" if len(finite) < len(times) else f"{max(finite):.2f}"
         used = ", ".join(f"{k} {v}" for k, v in sorted(solvers.items()))
@@ -238,14 +285,16 @@ def main() -> None:
                     default=[1000, 10_000, 100_000], help="trip counts (1000,10000,100000)")
     ap.add_argument("--run-steps", type=int, default=1000,
                     help="run (and check the peak of) loops up to this many steps (1000)")
-    ap.add_argument("--only", choices=("networks", "loops"))
+    ap.add_argument("--only", choices=("networks", "exact", "loops"))
     ap.add_argument("--milp-seconds", type=float, default=60.0,
                     help="the MILP alone, for its proven optimum at 3 budgets per network "
                          "(seconds per solve; 0: skip) (60)")
     args = ap.parse_args()
-    if args.only != "loops":
+    if args.only in (None, "networks"):
         networks(args)
-    if args.only != "networks":
+    if args.only in (None, "exact"):
+        exact(args)
+    if args.only in (None, "loops"):
         loops(args)
 
 

@@ -1,5 +1,5 @@
 """The chain DP (remat/chain.py): its vectorized tables against a plain recursion of the
-same recurrences on random chains, the decomposition of programs with and without cut
+same recurrences on random chains, against the MILP's proven optimum on a small MLP, the decomposition of programs with and without cut
 points, schedules with bit-identical gradients and predicted = measured peaks, no more
 recomputation than Chen's segments at their peak, the min-cut's fallback to store-all,
 and the progress lines of long solves."""
@@ -64,6 +64,11 @@ def reference(tab: _Tables, ch: Chain):
         best = D(s + 1, m - abar[s]) if m >= abar[s] + over[s] else INF
         for sp in range(s + 1, K + 1):
             best = min(best, D(sp, m - a[sp]) + C(s, sp - 1, m))
+        for sp in range(s + 1, K):       # s..sp-1 again, right before the reverse of sp
+            need = max(max(sum(abar[s:j + 1]) + over[j] for j in range(s, sp + 1)),
+                       max(fwt[s:sp]) + over[sp])
+            if m >= need:
+                best = min(best, sum(ch.ua[s:sp]) + D(sp + 1, m - abar[sp]))
         return best
     return C, D
 
@@ -185,6 +190,26 @@ def test_dp_sweep_holds_budgets_and_never_claims_a_proof_it_lacks(tmp_path, monk
             assert stats["straight_line"]["segments"] == 13
         assert last is None or stats["recompute_flops"] <= last
         last = stats["recompute_flops"]
+
+
+def test_dp_finds_the_milp_optimum_of_a_small_mlp(tmp_path):
+    # tanh(h @ W + b), 8 layers, weights as large as activations: at this budget the MILP
+    # proves 3 layers recomputed once the optimum (28,416 FLOPs): the first three, right
+    # before the reverse of the fourth, and none of them held across the peak
+    width = 16
+    args = ", ".join(f"param W{k}: f32[{width}, {width}], param b{k}: f32[{width}]"
+                     for k in range(8))
+    body = "".join(f"    h{k + 1} = tanh(h{k} @ W{k} + b{k})\n" for k in range(8))
+    text = (f"def f(x: f32[16, {width}], {args}) -> f32 {{\n    h0 = x\n{body}"
+            f"    return mean(h8 * h8)\n}}\n")
+    m, inputs = compiled(tmp_path, text)
+    ref, none_peak = measure(m, inputs)
+    assert none_peak == 18504
+    prob, (plan, peak) = chain_plan(m, 15720)
+    layer = 2 * 16 * 16 * 16 + 16 * 16 + 4 * 16 * 16        # matmul, add, tanh
+    assert _flops(prob, plan.clones) == 3 * layer == 28416 and peak <= 15720
+    outs, measured = measure(_apply(m, "f_grad", plan.clones, {})[0], inputs)
+    assert same(outs, ref) and measured == peak
 
 
 def test_small_chains_against_the_milp(tmp_path):

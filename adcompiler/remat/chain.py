@@ -117,20 +117,37 @@ def build_chain(prob: Problem, module: Module, dims) -> Chain | None:
         loc = prob.ops[t].loc
         for i in where.get(str(loc), ()) if loc is not None else ():
             window[i].append(t)
-    # bytes the schedule does not hold: fixed bytes and the function inputs still live
-    base = list(prob.fixed)
+    # bytes the schedule does not hold (fixed bytes and the inputs still live), and all
+    # live bytes under store-all; difference arrays over the times
+    T = len(prob.ops)
+    d_in, d_all = [0] * (T + 1), [0] * (T + 1)
     for v in prob.free:
-        if prob.born[v] < 0 and prob.uses[v]:
-            for t in range(B, min(prob.uses[v][-1], len(base) - 1) + 1):
-                base[t] += nb[v]
+        if prob.uses[v]:
+            lo, hi = prob.born[v] + 1, min(prob.uses[v][-1], T - 1)
+            d_all[lo] += nb[v]
+            d_all[hi + 1] -= nb[v]
+            if prob.born[v] < 0:
+                d_in[lo] += nb[v]
+                d_in[hi + 1] -= nb[v]
+    base, live = list(prob.fixed), list(prob.fixed)
+    run_in = run_all = 0
+    for t in range(T):
+        run_in += d_in[t]
+        run_all += d_all[t]
+        base[t] += run_in
+        live[t] += run_all
     start: list[int | None] = []
     over: list[int] = []
+    held = 0            # store-all holds the tapes of segments 0..i during i's reverse
     for i in range(K):
+        held += sum(nb[v] for v in set(tape[i]) | ({cut[i]} if cut[i] is not None else set()))
         first = [t for v in tape[i] for t in prob.uses[v] if t >= B]
         ts = sorted(window[i]) or sorted(first)
         start.append(ts[0] if ts else None)
         span = range(ts[0], ts[-1] + 1) if ts else range(0)
-        over.append(max((base[t] for t in span), default=0))
+        # at most what store-all shows beside the tapes it holds there
+        over.append(max(0, min(max((base[t] for t in span), default=0),
+                               max((live[t] for t in span), default=0) - held)))
     ch = Chain(stages, cut, [0] * (K + 1), [0] * K, [0] * K, [0] * K, over, start)
     cost = {}
     for i, ops in enumerate(stages):
@@ -247,12 +264,19 @@ class _Tables:
                 Cc[s, t] = np.where(better, cand.argmin(axis=1) + s[:, None] + 1, -1)
             C[s, t] = np.minimum(val, best)
             SH[t, s] = shifted(C[s, t], a_[s])
-        # the original forward pass: D[s][m], s..K-1 left, running forward free
+        # the original forward pass: D[s][m], s..K-1 left, running forward free. Besides
+        # Rotor's two choices, a third: store nothing of s..s'-1 and recompute all of it
+        # from c_{s-1} right before the reverse of s' (whose tape the forward keeps), so
+        # that none of it is held while the later segments' reverse runs (choice K + s')
         D = np.full((K + 1, Q + 1), INF)
         Dc = np.zeros((K + 1, Q + 1), dtype=np.int16)
+        DS = np.full((K + 1, Q + 1), INF)      # DS[s'] = D[s' + 1][m - abar_{s'}]
         D[K] = 0.0
+        cua = np.concatenate([[0.0], np.cumsum(np.where(np.isinf(ua), 0.0, ua))])
+        cuinf = np.concatenate([[0], np.cumsum(np.isinf(ua))])
         for s in range(K - 1, -1, -1):
-            best = shifted(D[s + 1:s + 2], abar_[s:s + 1])[0]
+            DS[s] = shifted(D[s + 1:s + 2], abar_[s:s + 1])[0]
+            best = DS[s].copy()
             best[m < abar[s] + over[s]] = INF
             choice = np.full(Q + 1, -1, dtype=np.int16)
             sp = np.arange(s + 1, K + 1)
@@ -260,8 +284,22 @@ class _Tables:
             k = np.argmin(cand, axis=0)
             val = cand[k, m]
             better = val < best
-            D[s] = np.where(better, val, best)
-            Dc[s] = np.where(better, sp[k], choice)
+            best = np.where(better, val, best)
+            choice = np.where(better, sp[k], choice)
+            if s + 1 < K:
+                jp = np.arange(s + 1, K)                  # s'
+                held = np.cumsum(abar_[s:]) + over_[s:]   # during the reverse of s + j
+                thr = np.maximum.accumulate(held)[1:]     # ... for every j up to s'
+                thr = np.maximum(thr, np.maximum.accumulate(fwt_[s:K - 1]) + over_[jp])
+                again = np.where(cuinf[jp] > cuinf[s], INF, cua[jp] - cua[s])
+                jc = DS[jp] + again[:, None]
+                jc[m[None, :] < thr[:, None]] = INF
+                k = np.argmin(jc, axis=0)
+                val = jc[k, m]
+                better = val < best
+                best = np.where(better, val, best)
+                choice = np.where(better, K + jp[k], choice)
+            D[s], Dc[s] = best, choice
         self.C, self.Cc, self.D, self.Dc = C, Cc, D, Dc
 
     def units(self, budget: int) -> int:
@@ -290,6 +328,12 @@ class _Tables:
                 if s >= ch.size:
                     continue
                 c = int(self.Dc[s, mm])
+                if c > ch.size:       # all of s..c'-1 again, right before the reverse of c'
+                    c -= ch.size
+                    add(ch.start[c], [k for i in range(s, c)
+                                      for k in set(ch.need_c[i]) | set(ch.need_t[i])])
+                    work.append(("D", c + 1, t, mm - abar[c]))
+                    continue
                 if c < 0:
                     work.append(("D", s + 1, t, mm - abar[s]))
                 else:       # C(s, c-1) runs after D(c): pushed first

@@ -97,6 +97,7 @@ def _finish(module: Module, fn: str, info: StraightLine, prob: Problem, applied)
 
 
 FALLBACK = "store-all: the baseline's peak was higher"
+BEATEN = "optimal for the MILP model, beaten on the exact peak"
 MILP_WHOLE = 20_000   # a block with a chain: the MILP runs on it only up to this size
 
 
@@ -133,7 +134,7 @@ def schedule_straight(module: Module, fn: str, budget: int | None, dims: Mapping
         with _Progress(f"chain DP ({ch.size} segments)", None):
             dp = solve_chain(ch, budget, base, exact)
         info.segments = ch.size
-    if dp is not None:
+    if dp is not None and dp[0].clones:     # (no clones: the store-all candidate below)
         plan, peak = dp
         cands.append((peak, _flops(prob, plan.clones), "chain-dp", False, None,
                       applied_by[id(plan.clones)]))
@@ -197,6 +198,8 @@ def schedule_straight(module: Module, fn: str, budget: int | None, dims: Mapping
         info.gap = _gap(flops, sol.bound)
     if info.optimal:
         info.status = "optimal"
+    elif info.status == "optimal":     # the MILP's schedule, proven for its model, lost
+        info.status = BEATEN
     return _finish(module, fn, info, prob, applied)
 
 
