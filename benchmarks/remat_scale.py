@@ -168,6 +168,9 @@ def exact(args) -> None:
         hi = predict_peak(module, fn, {}).peak_bytes
         floor = remat_stats(module, schedule(module, "min-memory", fn), {})
         lo = floor["peak_bytes_predicted"]
+        if lo >= hi:
+            print(f"| {kind} {n} | {hi:,} (100%): min-memory is store-all | | | | | |")
+            continue
         for frac in (0.25, 0.5, 0.75):
             b = lo + int((hi - lo) * frac)
             dp = _dp_alone(module, fn, b)

@@ -8,28 +8,34 @@ reads split it into segments 1..K. Segment ``i`` has its own costs and sizes: th
 compute its output ``c_i`` from ``c_{i-1}`` (``uf``) and to recompute its tape (the values
 its reverse reads, ``ut``; both, ``ua``), the bytes of ``c_i`` (``a``), of its tape with
 ``c_i`` (``abar``), its forward working set and the bytes the schedule cannot move during its
-reverse (``over``: gradients, adjoints, inputs not yet freed, from `Problem.fixed`).
+reverse (``over``: gradients, adjoints, inputs not yet freed, from `Problem.fixed`, and
+no more than the exact store-all profile shows there beside the tapes it holds).
 
-The DP, with ``m`` the bytes left for held values (in units of ``budget / Q``, rounded up):
+The DP, with ``m`` the bytes left for held values (in units that divide the checkpoints'
+sizes when they can, counted from the least ``over``; sizes rounded to units):
 
 * ``C[s, t, m]``: the least FLOPs to run the reverse of segments t..s with ``c_{s-1}`` held;
   a single segment recomputes its tape; otherwise either recompute all of segment s and
   keep its tape (``C[s+1, t, m - abar_s] + ua_s``), or run forward to a later ``c_{s'-1}``,
   keep it, and solve both sides (``uf_s..uf_{s'-1} + C[s', t, m - a_{s'-1}] + C[s, s'-1, m]``);
-* ``D[s, m]``: the same in the original forward pass, where running forward is free.
+* ``D[s, m]``: the same in the original forward pass, where running forward is free, and
+  one more choice: keep nothing of s..s'-1 and recompute all of it from ``c_{s-1}`` right
+  before the reverse of s' (``ua_s..ua_{s'-1} + D[s'+1, m - abar_{s'}]``), so that none of
+  it is held while the reverse of the later segments runs (the reverse of s' reads
+  ``c_{s'-1}``, which Rotor's chains would keep from the forward pass).
 
 The plan becomes clones (`dag.apply_clones`): each recomputation pass goes right before the
 reverse of the segment it serves (the reverse ops carry their primal op's location), and
 each clone replaces the value from there on, so a checkpoint lives until the pass that
-recomputes it again. The exact peak then comes from `memory.predict_peak`; when the chain
-model was short of it, the DP is solved again with the budget cut by the shortfall.
-The DP is optimal for its chain model; the memory model is checked, not optimized, on it.
+recomputes it again. The exact peak then comes from `memory.predict_peak`; while it misses
+the budget, the plan for fewer units is taken (`solve_chain`). The DP is optimal for its
+chain model (checkpoints only at the segments' ends, a segment's tape kept whole); the
+memory model is checked on its plan, not optimized.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import math
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -58,6 +64,7 @@ class Chain:
     uf: list[float] = field(default_factory=list)
     ut: list[float] = field(default_factory=list)
     ua: list[float] = field(default_factory=list)
+    raw_over: list[int] = field(default_factory=list)   # `over` before the calibration
 
     @property
     def size(self) -> int:
@@ -138,6 +145,7 @@ def build_chain(prob: Problem, module: Module, dims) -> Chain | None:
         live[t] += run_all
     start: list[int | None] = []
     over: list[int] = []
+    raw_over: list[int] = []
     held = 0            # store-all holds the tapes of segments 0..i during i's reverse
     for i in range(K):
         held += sum(nb[v] for v in set(tape[i]) | ({cut[i]} if cut[i] is not None else set()))
@@ -145,10 +153,12 @@ def build_chain(prob: Problem, module: Module, dims) -> Chain | None:
         ts = sorted(window[i]) or sorted(first)
         start.append(ts[0] if ts else None)
         span = range(ts[0], ts[-1] + 1) if ts else range(0)
+        raw = max((base[t] for t in span), default=0)
+        raw_over.append(raw)
         # at most what store-all shows beside the tapes it holds there
-        over.append(max(0, min(max((base[t] for t in span), default=0),
-                               max((live[t] for t in span), default=0) - held)))
+        over.append(max(0, min(raw, max((live[t] for t in span), default=0) - held)))
     ch = Chain(stages, cut, [0] * (K + 1), [0] * K, [0] * K, [0] * K, over, start)
+    ch.raw_over = raw_over
     cost = {}
     for i, ops in enumerate(stages):
         inside = set(ops)
@@ -372,19 +382,23 @@ def solve_chain(ch: Chain, budget: int | None, store_all: int, exact,
     """The DP's schedule for `budget` (None: the least peak) and its exact peak
     (`exact(clones)`). While the exact peak misses the budget (the chain model rounds sizes
     to its units and does not see every byte), the DP's schedule for fewer units is taken,
-    fewer by the shortfall (at most `tries` schedules); when the model has no schedule
-    that fits, its schedule of least peak is tried. None if nothing fits."""
+    fewer by the shortfall (at most `tries` schedules), first with `over` calibrated on the
+    store-all profile, then with the bytes alone (more room kept); when neither has a
+    schedule that fits, the schedule of least peak is tried. None if nothing fits."""
     if budget is None:
         return _least(ch, store_all, exact)
-    tab = _Tables(ch, budget)
-    m = tab.units(budget)
-    for _ in range(tries):
-        plan = tab.plan(m) if m >= 0 else None
-        if plan is None:
-            break
-        peak = exact(plan.clones)
-        if peak <= budget:
-            return plan, peak
-        m -= max(1, -(-(peak - budget) // tab.unit))
+    for model in (ch, replace(ch, over=ch.raw_over) if ch.raw_over else None):
+        if model is None:
+            continue
+        tab = _Tables(model, budget)
+        m = tab.units(budget)
+        for _ in range(tries):
+            plan = tab.plan(m) if m >= 0 else None
+            if plan is None:
+                break
+            peak = exact(plan.clones)
+            if peak <= budget:
+                return plan, peak
+            m -= max(1, -(-(peak - budget) // tab.unit))
     least = _least(ch, store_all, exact)
     return least if least is not None and least[1] <= budget else None
