@@ -137,6 +137,8 @@ class CompiledExecutor(Executor):
         self._consts = self._fold(fn.body)
         self._pairs_ce = _softmax_of_cross_entropy(fn.body)
         self._shared = {}
+        self._label_subs = _one_hot_subtractions(fn.body, self._resolve)
+        self._label_rows = set(self._label_subs.values())
         # live bytes, counted as the interpreter counts them (`Executor.run_block`): the sizes
         # are known, so the count is worked out here; ops run by the interpreter start from it
         size = lambda v: max(value_nbytes(v, self.dims), 0)  # noqa: E731
@@ -235,22 +237,50 @@ class CompiledExecutor(Executor):
 
     def _special(self, p: _Program, op, args, outs):
         """Lines for an op with a shape-specialized kernel (`adc_runtime.specialize`), or
-        None. Only for results without a planned buffer (none of these ops has one)."""
-        if op.results and op.results[0] in self._views:
-            return None
+        None. Only for results without a planned buffer, but for the softmax that
+        cross-entropy computes: a new array then stands for that softmax's buffer (which
+        may still hold another value when cross-entropy runs)."""
         name = op.name
         if name == "softmax" and op in self._shared:
             tmp = self._shared.pop(op)
             return [f"{outs[0]} = {tmp}", f"del {tmp}"]
+        if op in self._label_rows:   # the labels as flat indices: the one-hot rows' ones
+            labels = op.operands[0]
+            k = p.bind("k", specialize.label_indices(labels.type.dtype,
+                                                     self._resolve(op.attrs["n"])))
+            return [f"{outs[0]} = {k}({args[0]})"]
+        if op in self._label_subs:
+            k = p.bind("k", specialize.subtract_one_hot(self._resolve(op.results[0].type.shape)))
+            planned = op.results[0] in self._views
+            buf = self._donated.get(op.results[0]) or (
+                p.bind("b", self._views[op.results[0]]) if planned else "None")
+            return [f"{outs[0]} = {k}({', '.join(args)}, {buf})"]
+        if op.results and op.results[0] in self._views:
+            return None
         if name == "cross_entropy" and op in self._pairs_ce:
-            k = p.bind("k", specialize.cross_entropy_softmax(op.operands[0].type.rank))
+            z, labels = op.operands
+            k = p.bind("k", specialize.cross_entropy_softmax(
+                self._resolve(labels.type.shape), self._resolve(z.type.shape[-1])))
             dt = p.bind("d", numpy.dtype(DTYPES[op.results[0].type.dtype]))
             tmp = f"s{len(p.ns)}"
             p.ns[tmp] = None  # reserves the identifier (a local of the function)
             self._shared[self._pairs_ce[op]] = tmp
-            return [f"{outs[0]}, {tmp} = {k}({', '.join(args)})", f"{outs[0]} = fix({outs[0]}, {dt})"]
+            return [f"{outs[0]}, {tmp} = {k}({', '.join(args)})",
+                    f"{outs[0]} = fix({outs[0]}, {dt})"]
         dt = p.bind("d", numpy.dtype(DTYPES[op.results[0].type.dtype])) if op.results else None
-        if name == "sum_to":
+        floats = op.operands and op.operands[0].type.dtype in ("f32", "f64")
+        if name == "mean" and floats and op.results[0].type.dtype == op.operands[0].type.dtype:
+            run = specialize.mean(self._resolve(op.operands[0].type.shape),
+                                  op.attrs.get("axis"), op.attrs.get("keepdims", False))
+            if run is not None:
+                return [f"{outs[0]} = fix({p.bind('k', run)}({args[0]}), {dt})"]
+        if name == "where" and _masks_to_zero(op, self._consts, self._resolve):
+            k = p.bind("k", specialize.where_zero(numpy.dtype(DTYPES[op.results[0].type.dtype])))
+            return [f"{outs[0]} = {k}({args[0]}, {args[1]})"]
+        if name == "transpose":
+            k = p.bind("k", specialize.transpose(op.attrs.get("perm")))
+            return [f"{outs[0]} = fix({k}({args[0]}), {dt})"]
+        if name == "sum_to" and floats:
             k = p.bind("k", specialize.sum_to(self._resolve(op.operands[0].type.shape),
                                               self._resolve(op.attrs["shape"])))
             return [f"{outs[0]} = fix({k}({args[0]}), {dt})"]
@@ -325,3 +355,44 @@ def _softmax_of_cross_entropy(block) -> dict:
                     and op.results[0].type.dtype == z.type.dtype:
                 pairs[ce.pop(z)] = op
     return pairs
+
+
+def _one_hot_subtractions(block, resolve) -> dict:
+    """``sub`` op -> the ``one_hot`` op it subtracts, where that one-hot array has no
+    other use and the minuend already has the result's shape and float dtype (the
+    adjoint of cross-entropy): the subtraction becomes a copy less one at each label."""
+    uses: dict = {}
+    for op in block.ops:
+        for inner in op.walk():
+            for v in inner.operands:
+                uses[v] = uses.get(v, 0) + 1
+    made = {op.results[0]: op for op in block.ops
+            if op.name == "one_hot" and len(op.results) == 1 and len(op.operands) == 1}
+    found = {}
+    for op in block.ops:
+        if op.name != "sub" or len(op.operands) != 2 or op.operands[1] not in made:
+            continue
+        a, oh = op.operands
+        r = op.results[0]
+        one_hot = made[oh]
+        if (uses.get(oh) == 1 and r.type.dtype in ("f32", "f64")
+                and a.type.dtype == oh.type.dtype == r.type.dtype
+                and one_hot.operands[0].type.dtype in ("i32", "i64")
+                and resolve(a.type.shape) == resolve(r.type.shape) == resolve(oh.type.shape)):
+            found[op] = one_hot
+    return found
+
+
+def _masks_to_zero(op, consts: dict, resolve) -> bool:
+    """Whether `op` is ``where(mask, a, 0.0)`` with `a` of the result's shape and float
+    dtype (f32, f64) and a +0.0 constant (the adjoint of relu): a bitwise and."""
+    if len(op.operands) != 3 or len(op.results) != 1:
+        return False
+    cond, a, zero = op.operands
+    r = op.results[0]
+    if zero not in consts or r.type.dtype not in ("f32", "f64") or cond.type.dtype != "bool":
+        return False
+    c = consts[zero]
+    return (a.type.dtype == r.type.dtype and c.dtype == numpy.dtype(DTYPES[r.type.dtype])
+            and c.size == 1 and c.ndim <= len(r.type.shape) and not c.tobytes().strip(b"\0")
+            and resolve(a.type.shape) == resolve(cond.type.shape) == resolve(r.type.shape))

@@ -347,6 +347,7 @@ class Runner:
     # executors kept, one per binding of the dimensions, the least recently used going
     # first: each holds its arena (e.g. a full batch and the last, shorter one)
     KEEP = 2
+    BINDINGS = 64  # sets of input shapes whose binding is remembered
 
     def __init__(self, module, fn_name: str, xp=numpy, make_executor=None,
                  donate: bool = False):
@@ -358,6 +359,7 @@ class Runner:
         self.make_executor = make_executor or (lambda dims: Executor(module, xp, dims))
         self._executors: dict[tuple, Executor] = {}
         self._declared = None  # the inputs' dtypes, made on the first call
+        self._bindings: dict[tuple, tuple] = {}  # input shapes, dims -> (bound, its key)
         # checks of the converted inputs, ``check(inputs by name, dims)``, each raising a
         # RunError (the library adds the class-label ranges its ops declare)
         self.checks: list = []
@@ -365,31 +367,44 @@ class Runner:
     def __call__(self, inputs: Mapping[str, Any], dims: Mapping[str, int] | None = None):
         """Run on named `inputs`; returns (outputs, stats)."""
         fn = self.fn
-        missing = [a.name for a in fn.args if a.name not in inputs]
-        if missing:
-            raise RunError(f"missing input '{missing[0]}'")
         if self._declared is None:
-            self._declared = [self.xp.dtype(DTYPES[a.type.dtype]) for a in fn.args]
+            self._declared = [(a, a.name, self.xp.dtype(DTYPES[a.type.dtype])) for a in fn.args]
         ndarray = self.xp.ndarray
-        arrays = [v if type(v) is ndarray and v.dtype == want  # as given: the common case
-                  else convert_input(a.name, v, a.type.dtype, str(a.type), self.xp)
-                  for a, want, v in zip(fn.args, self._declared,
-                                        (inputs[a.name] for a in fn.args))]
-        bound = bind_dims(fn, arrays, dims)
+        try:
+            arrays = [inputs[name] for _, name, _ in self._declared]
+        except KeyError:
+            missing = [a.name for a in fn.args if a.name not in inputs]
+            raise RunError(f"missing input '{missing[0]}'") from None
+        for j, (a, name, want) in enumerate(self._declared):
+            v = arrays[j]
+            if type(v) is not ndarray or v.dtype != want:  # as given: the common case
+                arrays[j] = convert_input(name, v, a.type.dtype, str(a.type), self.xp)
+        # the binding is a function of the input shapes and `dims`: worked out once per
+        # set of shapes (the common case: every step has the same)
+        shapes = (tuple(a.shape for a in arrays), tuple(dims.items()) if dims else ())
+        known = self._bindings.get(shapes)
+        if known is None:
+            bound = bind_dims(fn, arrays, dims)
+            if len(self._bindings) >= self.BINDINGS:
+                self._bindings.clear()
+            known = self._bindings[shapes] = (bound, tuple(sorted(bound.items())))
+        bound, key = known
         if self.checks:
             named = {a.name: x for a, x in zip(fn.args, arrays)}
             for check in self.checks:
                 check(named, bound)
-        key = tuple(sorted(bound.items()))
-        ex = self._executors.pop(key, None) or self.make_executor(bound)
-        self._executors[key] = ex
-        if len(self._executors) > self.KEEP:
-            del self._executors[next(iter(self._executors))]
+        ex = self._executors.get(key)
+        if ex is None or next(reversed(self._executors)) != key:
+            ex = self._executors.pop(key, None) or self.make_executor(dict(bound))
+            self._executors[key] = ex
+            if len(self._executors) > self.KEEP:
+                del self._executors[next(iter(self._executors))]
         ex.live = ex.peak = 0
         if self.donate:
             ex.donate(fn, arrays)
-        outs = [self.xp.asarray(o) for o in ex.call(fn, arrays)]  # no NumPy scalars
-        return outs, {"peak_bytes": ex.peak, "arena_bytes": ex.arena_bytes, "dims": bound}
+        outs = [o if type(o) is ndarray else self.xp.asarray(o)  # no NumPy scalars
+                for o in ex.call(fn, arrays)]
+        return outs, {"peak_bytes": ex.peak, "arena_bytes": ex.arena_bytes, "dims": dict(bound)}
 
 
 def run_function(module, fn_name: str, inputs: Mapping[str, Any], xp=numpy,

@@ -9,7 +9,15 @@ around them, done once at code generation instead of on every call:
   takes ``softmax`` of the same logits (the adjoint of cross-entropy does): one pass
   computes the shifted logits, their exponentials and sums once and gives both results
   (the softmax kernel's ``e / sum(e)`` and the log-softmax ``s - log(sum(e))``);
-* ``one_hot``: the class range is made once.
+* ``one_hot``: the class range is made once;
+* ``mean`` and ``sum_to`` of floats: NumPy's own reduction (``add.reduce``) and division
+  by the count, without the argument handling of ``numpy.mean``/``numpy.sum`` around them;
+* ``transpose``: the array's own method with the permutation fixed;
+* ``where(mask, a, 0.0)`` (relu's adjoint): the bits of `a` and of an all-ones or zero
+  integer mask made from `mask`, two integer passes instead of a select (a multiply by
+  the mask would turn ``-x * 0`` into -0.0 and ``inf * 0`` into NaN);
+* ``sub(a, one_hot(labels))`` (cross-entropy's adjoint): `a` copied, less one at each
+  label, instead of a one-hot array and a subtraction: ``a - 0.0`` is ``a``.
 """
 from __future__ import annotations
 
@@ -24,22 +32,108 @@ def sum_to(in_shape: tuple, shape: tuple):
         lead + k for k, d in enumerate(shape) if d == 1 and in_shape[lead + k] != 1)
     if not axes:
         return lambda x: x.copy().reshape(shape)
-    return lambda x: numpy.sum(x, axis=axes, keepdims=True).reshape(shape)
+    add = numpy.add.reduce  # what numpy.sum calls
+    return lambda x: add(x, axis=axes, keepdims=True).reshape(shape)
 
 
-def cross_entropy_softmax(rank: int):
-    """``(cross_entropy(z, labels), softmax(z))`` along the last axis of a rank-`rank` `z`,
-    with integer labels: the kernels' operations, shared."""
+def mean(in_shape: tuple, axis, keepdims: bool):
+    """``mean(x, axis, keepdims)`` of a float32/float64 `x` of `in_shape`, as
+    ``numpy.mean`` computes it (its sum, then a division by the count as an ``intp``), or
+    None when nothing is averaged (NumPy warns of an empty mean)."""
+    rank = len(in_shape)
+    if rank == 0 or axis is None:
+        axis = None
+        items = tuple(range(rank))
+    else:
+        axis = tuple(a % rank for a in axis) if isinstance(axis, (list, tuple)) else axis % rank
+        items = axis if isinstance(axis, tuple) else (axis,)
+    count = 1
+    for a in items:
+        count *= in_shape[a]
+    if count == 0:
+        return None
+    n = numpy.intp(count)
+    add, divide, ndarray = numpy.add.reduce, numpy.true_divide, numpy.ndarray
+
+    def run(x):
+        r = add(x, axis=axis, keepdims=keepdims)
+        if isinstance(r, ndarray):
+            return divide(r, n, out=r, casting="unsafe")
+        return r.dtype.type(r / n)
+    return run
+
+
+def transpose(perm):
+    perm = None if perm is None else tuple(perm)
+    return lambda x: x.transpose(perm)
+
+
+def cross_entropy_softmax(labels_shape: tuple, classes: int):
+    """``(cross_entropy(z, labels), softmax(z))`` along the last axis of `z`, with integer
+    labels of `labels_shape`: the kernels' operations, shared. The labels pick their shifted
+    logits before the exponentials overwrite them, and the log of each row's total is
+    subtracted from the picked element only (the same subtraction, on the one element the
+    table kernel keeps)."""
+    rows = 1
+    for d in labels_shape:
+        rows *= d
+    index = numpy.arange(rows)
+    maximum, add, exp, log = numpy.maximum.reduce, numpy.add.reduce, numpy.exp, numpy.log
+    subtract, divide, negative = numpy.subtract, numpy.divide, numpy.negative
+
     def run(z, labels):
-        s = z - numpy.max(z, axis=-1, keepdims=True)
-        e = numpy.exp(s)
-        total = numpy.sum(e, axis=-1, keepdims=True)
-        ls = s - numpy.log(total)
-        picked = numpy.take_along_axis(ls, numpy.expand_dims(labels, -1), axis=-1)
-        return -numpy.squeeze(picked, axis=-1), e / total
+        s = subtract(z, maximum(z, axis=-1, keepdims=True))
+        picked = s.reshape(rows, classes)[index, labels.reshape(rows)]
+        exp(s, out=s)
+        total = add(s, axis=-1, keepdims=True)
+        subtract(picked, log(total).reshape(rows), out=picked)
+        ce = negative(picked, out=picked).reshape(labels_shape)
+        return ce, divide(s, total, out=s)
     return run
 
 
 def one_hot(n: int, dtype):
     classes = numpy.arange(n)
     return lambda idx: (numpy.expand_dims(idx, -1) == classes).astype(dtype)
+
+
+def where_zero(dtype):
+    """``where(mask, a, 0.0)`` for `a` and the result of float `dtype`, `mask` of their
+    shape: `a`'s bits where `mask` holds, +0.0 (all bits clear) elsewhere."""
+    ints = numpy.dtype(f"i{dtype.itemsize}")
+    int8, empty = numpy.int8, numpy.empty
+    negative, bitwise_and = numpy.negative, numpy.bitwise_and
+
+    def run(mask, a):
+        ones = negative(mask.view(int8), out=empty(a.shape, ints))  # True -> -1: all bits
+        return bitwise_and(a.view(ints), ones, out=ones).view(dtype)
+    return run
+
+
+def label_indices(dtype: str, classes: int):
+    """Labels (``i32``/``i64``) as flat indices, those outside ``[0, classes)`` (negative
+    ones read as huge unsigned ones) made `classes`: `subtract_one_hot` then raises
+    IndexError where ``one_hot`` gives a row of zeros (and the interpreter runs the call)."""
+    unsigned = numpy.dtype("u4" if dtype == "i32" else "u8")
+    minimum = numpy.minimum
+    return lambda labels: minimum(labels.reshape(-1).view(unsigned), classes)
+
+
+def subtract_one_hot(shape: tuple):
+    """``a - one_hot(labels)`` for `a` of `shape` (classes last), the labels given as
+    `label_indices`: `a` copied (into `out` when given), one subtracted at each label."""
+    classes = shape[-1] if shape else 1
+    rows = 1
+    for d in shape[:-1]:
+        rows *= d
+    index = numpy.arange(rows)
+    copyto, empty = numpy.copyto, numpy.empty
+
+    def run(a, labels, out=None):
+        r = empty(shape, a.dtype) if out is None else out
+        if not r.flags.c_contiguous:  # its reshape would be a copy
+            raise ValueError("a buffer that does not reshape in place")
+        copyto(r, a)
+        r.reshape(rows, classes)[index, labels] -= 1
+        return r
+    return run

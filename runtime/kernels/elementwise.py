@@ -149,3 +149,27 @@ def relu_out(xp, x, out):
 @out_kernel("square")
 def square_out(xp, x, out):
     return xp.multiply(x, x, out=out)
+
+
+@out_kernel("gelu", rule="float")
+def gelu_out(xp, x, out, approximate="none"):
+    """`gelu`'s operations, in its order, through one temporary: `out` holds ``0.5 * x``
+    and the temporary the factor beside it (the table kernel makes a new array per
+    operation). `x` is read after `out` is written, so `out` must not be `x`."""
+    if approximate == "none":
+        t = xp.multiply(x, x.dtype.type(math.sqrt(0.5)), out=xp.empty_like(x))
+        if xp.__name__ == "numpy":
+            from scipy.special import erf
+            erf(t, out=t)
+        else:
+            t = _erf(xp, t)
+    else:
+        t = xp.multiply(x, 0.044715, out=xp.empty_like(x))  # an array even when 0-d
+        xp.multiply(t, x, out=t)
+        xp.multiply(t, x, out=t)
+        xp.add(x, t, out=t)
+        xp.multiply(t, GELU_K, out=t)
+        xp.tanh(t, out=t)
+    xp.add(t, 1, out=t)
+    xp.multiply(x, 0.5, out=out)
+    return xp.multiply(out, t, out=out)

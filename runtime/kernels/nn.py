@@ -22,6 +22,14 @@ def softmax(xp, x, axis=-1):
     return e / xp.sum(e, axis=axis, keepdims=True)
 
 
+@out_kernel("softmax", rule="float")
+def softmax_out(xp, x, out, axis=-1):
+    """`softmax` computed in `out`: the shift, the exponential and the division in place."""
+    xp.subtract(x, xp.max(x, axis=axis, keepdims=True), out=out)
+    xp.exp(out, out=out)
+    return xp.divide(out, xp.sum(out, axis=axis, keepdims=True), out=out)
+
+
 @kernel("log_softmax", fresh=True)
 def log_softmax(xp, x, axis=-1):
     return _log_softmax(xp, x, axis)
@@ -64,6 +72,19 @@ def layernorm(xp, x, gamma, beta, axis=-1, eps=1e-5):
     var = xp.mean(xc * xc, axis=axis, keepdims=True)
     xhat = xc / xp.sqrt(var + eps)
     return xhat * _placed(xp, gamma, x, axis) + _placed(xp, beta, x, axis)
+
+
+@out_kernel("layernorm", rule="float")
+def layernorm_out(xp, x, gamma, beta, out, axis=-1, eps=1e-5):
+    """`layernorm` with the centred `x`, its normalized form and the affine map computed
+    in `out`, and one temporary for the squares (the table kernel makes five arrays)."""
+    axis = axis % x.ndim
+    xc = xp.subtract(x, xp.mean(x, axis=axis, keepdims=True), out=out)
+    var = xp.mean(xp.multiply(xc, xc), axis=axis, keepdims=True)
+    xp.add(var, eps, out=var)
+    xp.divide(xc, xp.sqrt(var, out=var), out=out)
+    xp.multiply(out, _placed(xp, gamma, x, axis), out=out)
+    return xp.add(out, _placed(xp, beta, x, axis), out=out)
 
 
 def _placed(xp, p, x, axis):
