@@ -1,12 +1,16 @@
-"""Gradient steps on the CPU: adc against PyTorch eager and jax.jit, at 1 and 2 threads.
+"""Gradient and training steps on the CPU: adc against PyTorch eager and jax.jit, at 1 and
+2 threads.
 
     python benchmarks/bench_cpu.py                       # every workload, 1 and 2 threads
     python benchmarks/bench_cpu.py --threads 1 --models tiny_mlp mlp_small --repeats 5
 
-A gradient step computes the loss and the gradient of every parameter: adc's
+A gradient step ("grad") computes the loss and the gradient of every parameter: adc's
 ``value_and_grad`` callable (the compiled executor, `adc_runtime.compiled`; with
 ``--interpreter`` also the NumPy interpreter), ``torch.autograd.grad`` in eager mode, and
-``jax.jit(jax.value_and_grad(...))``. Workloads (float32):
+``jax.jit(jax.value_and_grad(...))``. A training step ("train") adds an Adam update
+(lr 1e-3) of the parameters: ``adc.train_step`` (parameters and state updated in place),
+``torch.optim.Adam`` after ``backward()``, and a ``jax.jit`` optax step with the
+parameters and state donated (``--steps-kind grad`` leaves it out). Workloads (float32):
 
 * ``mlp_small``: batch 64, 256-256-10, relu, mean cross-entropy on integer labels;
 * ``tiny_mlp``: samples/mlp.tdsl, batch 16, 4-8-3 (about 30 ops: overhead-bound);
@@ -21,8 +25,8 @@ Each thread count runs in a child process whose BLAS (threadpoolctl), PyTorch
 are the median (``--stat min``: the minimum) over `--repeats` blocks of `--steps` steps,
 the runners taking turns, after warm-up (adc's compilation and jax.jit's tracing happen in
 the warm-up). "grad diff" is the largest relative difference ||g - g_adc|| / ||g_adc||
-over the parameters. A column whose framework is not
-installed is left out.
+over the parameters; for a training step, the same of the parameters after one update
+from the same start. A column whose framework is not installed is left out.
 """
 from __future__ import annotations
 
@@ -39,6 +43,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+LR = 1e-3  # Adam's learning rate in the training steps
 
 TINY = (ROOT / "samples" / "mlp.tdsl").read_text()
 MLP_SMALL = """
@@ -160,7 +165,6 @@ def child(args) -> dict:
     from threadpoolctl import threadpool_info, threadpool_limits
     threadpool_limits(args.nthreads)
     import adcompiler as adc
-    from adc_runtime.executor import Runner
 
     frameworks = {}
     try:
@@ -184,63 +188,136 @@ def child(args) -> dict:
         module = adc.parse_tdsl(src, f"{name}.tdsl")
         fn = module[fn_name]
         inputs = make_inputs(fn, sizes, ints)
-        vg = adc.value_and_grad(module, fn_name, wrt=params, dims=sizes)
-        ref = {}
-
-        def adc_step():
-            return vg(**inputs)
-
-        loss, grads = adc_step()
-        ref = {k: np.asarray(g, np.float64) for k, g in zip(params, grads)}
-        row = {"model": name, "threads": args.nthreads}
-        steps = {"adc": adc_step}
-        if args.interpreter:
-            run = Runner(vg.module, vg.fn_name)
-
-            def interp_step():
-                return run(inputs, sizes)
-
-            outs = interp_step()[0]
-            steps["adc interpreter"] = interp_step
-            row["adc interpreter diff"] = rel_diff(dict(zip(params, outs[1:])), ref)
-        for peer, o in frameworks.items():
-            loss_fn = peer_loss(name, o)
-            order = [a.name for a in fn.args]
-            idx = [order.index(p) for p in params]
-            if peer == "torch eager":
-                import torch
-                tin = [torch.from_numpy(inputs[k]) for k in order]
-                for k in idx:
-                    tin[k].requires_grad_(True)
-
-                def step(tin=tin, idx=idx, loss_fn=loss_fn):
-                    out = loss_fn(*tin)
-                    return out, torch.autograd.grad(out, [tin[k] for k in idx])
-
-                _, g = step()
-                g = [t.numpy() for t in g]
-            else:
-                import jax
-                jin = [jax.numpy.asarray(inputs[k]) for k in order]
-                f = jax.jit(jax.value_and_grad(loss_fn, argnums=tuple(idx)))
-
-                def step(f=f, jin=jin):
-                    out = f(*jin)
-                    jax.block_until_ready(out)
-                    return out
-
-                g = [np.asarray(t) for t in step()[1]]
-            steps[peer] = step
-            row[f"{peer} diff"] = rel_diff(dict(zip(params, g)), ref)
-        row.update(time_steps(steps, args))
-        rows.append(row)
-        print(f"  {name} at {args.nthreads} thread(s): "
-              + ", ".join(f"{k} {v:.3g}" for k, v in row.items() if isinstance(v, float)),
-              file=sys.stderr, flush=True)
+        for kind, make in (("grad", grad_row), ("train", train_row)):
+            if kind in args.kinds:
+                row = make(name, module, fn, sizes, params, inputs, frameworks, args)
+                rows.append(row)
+                print(f"  {name} {kind} at {args.nthreads} thread(s): "
+                      + ", ".join(f"{k} {v:.3g}" for k, v in row.items()
+                                  if isinstance(v, float)), file=sys.stderr, flush=True)
     return {"rows": rows, "blas": blas,
             "versions": {"numpy": np.__version__,
                          **{k: __import__(m).__version__ for k, m in
                             (("torch", "torch"), ("jax", "jax")) if _has(m)}}}
+
+
+def grad_row(name, module, fn, sizes, params, inputs, frameworks, args) -> dict:
+    """A gradient step of every runner; "diff" compares each gradient with adc's."""
+    import numpy as np
+    import adcompiler as adc
+    from adc_runtime.executor import Runner
+    vg = adc.value_and_grad(module, fn.name, wrt=params, dims=sizes)
+
+    def adc_step():
+        return vg(**inputs)
+
+    loss, grads = adc_step()
+    ref = {k: np.asarray(g, np.float64) for k, g in zip(params, grads)}
+    row = {"model": name, "step": "grad", "threads": args.nthreads}
+    steps = {"adc": adc_step}
+    if args.interpreter:
+        run = Runner(vg.module, vg.fn_name)
+
+        def interp_step():
+            return run(inputs, sizes)
+
+        outs = interp_step()[0]
+        steps["adc interpreter"] = interp_step
+        row["adc interpreter diff"] = rel_diff(dict(zip(params, outs[1:])), ref)
+    order = [a.name for a in fn.args]
+    idx = [order.index(p) for p in params]
+    for peer, o in frameworks.items():
+        loss_fn = peer_loss(name, o)
+        if peer == "torch eager":
+            import torch
+            tin = [torch.from_numpy(inputs[k]) for k in order]
+            for k in idx:
+                tin[k].requires_grad_(True)
+
+            def step(tin=tin, loss_fn=loss_fn):
+                out = loss_fn(*tin)
+                return out, torch.autograd.grad(out, [tin[k] for k in idx])
+
+            _, g = step()
+            g = [t.numpy() for t in g]
+        else:
+            import jax
+            jin = [jax.numpy.asarray(inputs[k]) for k in order]
+            f = jax.jit(jax.value_and_grad(loss_fn, argnums=tuple(idx)))
+
+            def step(f=f, jin=jin):
+                out = f(*jin)
+                jax.block_until_ready(out)
+                return out
+
+            g = [np.asarray(t) for t in step()[1]]
+        steps[peer] = step
+        row[f"{peer} diff"] = rel_diff(dict(zip(params, g)), ref)
+    row.update(time_steps(steps, args))
+    return row
+
+
+def train_row(name, module, fn, sizes, params, inputs, frameworks, args) -> dict:
+    """A training step (Adam, lr 1e-3) of every runner; each starts from the workload's
+    parameters, and "diff" compares the parameters after one update with adc's."""
+    import numpy as np
+    import adcompiler as adc
+    order = [a.name for a in fn.args]
+    batch = {k: v for k, v in inputs.items() if k not in params}
+    step = adc.train_step(module, adc.optim.adam(LR), fn=fn.name, dims=sizes)
+    p0 = {k: inputs[k] for k in params}
+    now = {"p": p0, "s": step.init(p0)}
+
+    def adc_step():
+        now["p"], now["s"], _ = step(now["p"], now["s"], batch)
+
+    adc_step()
+    ref = {k: np.asarray(v, np.float64) for k, v in now["p"].items()}
+    steps, row = {"adc": adc_step}, {"model": name, "step": "train", "threads": args.nthreads}
+    for peer, o in frameworks.items():
+        loss_fn = peer_loss(name, o)
+        if peer == "torch eager":
+            import torch
+            tin = {k: torch.tensor(inputs[k], requires_grad=k in params) for k in order}
+            opt = torch.optim.Adam([tin[k] for k in params], lr=LR)
+
+            def one(tin=tin, opt=opt, loss_fn=loss_fn):
+                opt.zero_grad()
+                loss_fn(*[tin[k] for k in order]).backward()
+                opt.step()
+
+            one()
+            got = {k: tin[k].detach().numpy() for k in params}
+        else:
+            import jax
+            if not _has("optax"):
+                continue
+            import optax
+            tx = optax.adam(LR)
+
+            def loss_of(p, b, loss_fn=loss_fn):
+                return loss_fn(*[p[k] if k in p else b[k] for k in order])
+
+            def train(p, s, b, tx=tx, loss_of=loss_of):
+                g = jax.grad(loss_of)(p, b)
+                updates, s = tx.update(g, s, p)
+                return optax.apply_updates(p, updates), s
+
+            jstep = jax.jit(train, donate_argnums=(0, 1))
+            jp = {k: jax.numpy.asarray(inputs[k]) for k in params}
+            jb = {k: jax.numpy.asarray(v) for k, v in batch.items()}
+            held = {"p": jp, "s": tx.init(jp)}
+
+            def one(held=held, jstep=jstep, jb=jb):
+                held["p"], held["s"] = jstep(held["p"], held["s"], jb)
+                jax.block_until_ready(held["p"])
+
+            one()
+            got = {k: np.asarray(v) for k, v in held["p"].items()}
+        steps[peer] = one
+        row[f"{peer} diff"] = rel_diff(got, ref)
+    row.update(time_steps(steps, args))
+    return row
 
 
 def _has(module: str) -> bool:
@@ -253,14 +330,14 @@ def _has(module: str) -> bool:
 def table(rows: list[dict]) -> str:
     peers = [p for p in ("torch eager", "jax.jit") if any(p in r for r in rows)]
     interp = any("adc interpreter" in r for r in rows)
-    head = ["workload", "threads", "adc ms"]
+    head = ["workload", "step", "threads", "adc ms"]
     if interp:
         head += ["interpreter ms"]
     for p in peers:
         head += [f"{p} ms", f"adc / {p}", f"grad diff vs {p}"]
     out = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for r in rows:
-        cells = [r["model"], str(r["threads"]), f"{r['adc']:.3f}"]
+        cells = [r["model"], r["step"], str(r["threads"]), f"{r['adc']:.3f}"]
         if interp:
             cells.append(f"{r['adc interpreter']:.3f}" if "adc interpreter" in r else "-")
         for p in peers:
@@ -281,6 +358,8 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--stat", choices=("median", "min"), default="median",
                     help="of the blocks' times per step (min: on a busy shared machine)")
+    ap.add_argument("--steps-kind", dest="kinds", nargs="+", choices=("grad", "train"),
+                    default=["grad", "train"], help="gradient and/or training steps")
     ap.add_argument("--interpreter", action="store_true",
                     help="also time adc's NumPy interpreter")
     ap.add_argument("--out", help="also write the table (Markdown) here")
@@ -299,6 +378,7 @@ def main(argv=None) -> int:
         cmd = [sys.executable, __file__, "--nthreads", str(n), "--steps", str(args.steps),
                "--stat", args.stat,
                "--repeats", str(args.repeats), "--warmup", str(args.warmup),
+               "--steps-kind", *args.kinds,
                "--models", *args.models] + (["--interpreter"] if args.interpreter else [])
         print(f"running at {n} thread(s) ...", file=sys.stderr, flush=True)
         done = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True, check=True)

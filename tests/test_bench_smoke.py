@@ -89,10 +89,13 @@ def test_cpu_gradient_bench_smoke(tmp_path, capsys, monkeypatch):
                        "--out", str(out)]) == 0
     rows = [[cell.strip() for cell in line.strip().strip("|").split("|")]
             for line in out.read_text().splitlines() if line.startswith("| tiny_mlp")]
-    assert len(rows) == 1 and rows[0][1] == "1" and float(rows[0][2]) > 0
+    assert [r[1:3] for r in rows] == [["grad", "1"], ["train", "1"]]
+    assert all(float(r[3]) > 0 for r in rows)
+    assert rows[1][4] == "-"                     # the interpreter times gradient steps only
     if importlib.util.find_spec("torch") is not None:
         assert "adc / torch eager" in out.read_text()
-        assert float(rows[0][6]) < 1e-5         # torch's gradient agrees with adc's
+        # torch's gradient, and its parameters after one Adam update, agree with adc's
+        assert float(rows[0][7]) < 1e-5 and float(rows[1][7]) < 1e-5
 
 
 def test_compile_scale_smoke(capsys, monkeypatch):
