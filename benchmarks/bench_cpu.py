@@ -143,12 +143,13 @@ def time_steps(steps_by_runner: dict, args) -> dict:
         for _ in range(args.warmup):
             step()
     per: dict = {k: [] for k in steps_by_runner}
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
     for _ in range(args.repeats):
         for k, step in steps_by_runner.items():
-            t0 = time.perf_counter()
+            t0 = clock()
             for _ in range(args.steps):
                 step()
-            per[k].append((time.perf_counter() - t0) * 1e3 / args.steps)
+            per[k].append((clock() - t0) * 1e3 / args.steps)
     pick = min if args.stat == "min" else statistics.median
     return {k: pick(v) for k, v in per.items()}
 
@@ -358,6 +359,10 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--stat", choices=("median", "min"), default="median",
                     help="of the blocks' times per step (min: on a busy shared machine)")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="wall-clock time, or the process's CPU time (all its threads): "
+                         "on a machine whose cores other work keeps busy, the CPU time "
+                         "leaves out the time spent waiting for a core")
     ap.add_argument("--steps-kind", dest="kinds", nargs="+", choices=("grad", "train"),
                     default=["grad", "train"], help="gradient and/or training steps")
     ap.add_argument("--interpreter", action="store_true",
@@ -376,7 +381,7 @@ def main(argv=None) -> int:
                               + ("true" if n > 1 else "false")
                               + f" intra_op_parallelism_threads={n}").strip())
         cmd = [sys.executable, __file__, "--nthreads", str(n), "--steps", str(args.steps),
-               "--stat", args.stat,
+               "--stat", args.stat, "--clock", args.clock,
                "--repeats", str(args.repeats), "--warmup", str(args.warmup),
                "--steps-kind", *args.kinds,
                "--models", *args.models] + (["--interpreter"] if args.interpreter else [])
@@ -385,10 +390,10 @@ def main(argv=None) -> int:
         info = json.loads(done.stdout)
         rows += info["rows"]
     versions = ", ".join(f"{k} {v}" for k, v in info.get("versions", {}).items())
-    text = (f"CPU gradient steps, {datetime.date.today()}: {platform.machine()}, "
+    text = (f"CPU gradient and training steps, {datetime.date.today()}: {platform.machine()}, "
             f"{os.cpu_count()} cores; {versions}; BLAS: {'; '.join(info.get('blas', []))}. "
             f"The {args.stat} of {args.repeats} blocks of {args.steps} steps (runners taking "
-            f"turns) after {args.warmup} warm-up steps, float32.\n\n" + table(rows) + "\n")
+            f"turns) after {args.warmup} warm-up steps, {args.clock} time, float32.\n\n" + table(rows) + "\n")
     print(text)
     if args.out:
         Path(args.out).write_text(text)
