@@ -36,7 +36,8 @@ def register_op(name: str, infer: Callable, *, kernel: Callable | None,
                 positional: Sequence[str] | None = None, flops=None,
                 cuda: Callable | None = None, cuda_reduce=None,
                 index_bound: Callable | None = None, batch: Callable | None = None,
-                fresh=False,
+                fresh=False, rewrites: Sequence = (), splat: Callable | None = None,
+                reads_row: Callable | None = None, sliced_shape: Callable | None = None,
                 replace: bool = False) -> OpDef:
     """Declare op `name` and its NumPy/CuPy kernel; returns the registry's `OpDef`.
 
@@ -48,8 +49,10 @@ def register_op(name: str, infer: Callable, *, kernel: Callable | None,
       forward mode (``jvp``) and Hessian-vector products.
     * ``kernel(xp, *operands, **attrs)`` computes the op with the array module `xp`;
       ``fresh=True`` says it always returns a new array (never an operand or a view).
-    * `flops`, `cuda`, `cuda_reduce`, `index_bound`, `batch`: see `adcompiler.ops.registry`;
-      a CUDA formula is usually built with `adcompiler.emit.c` (``expr``, ``fn``, ``lit``).
+    * `flops`, `cuda`, `cuda_reduce`, `index_bound`, `batch`, `rewrites`, `splat`,
+      `reads_row`, `sliced_shape`: see `adcompiler.ops.registry`; a CUDA formula is usually
+      built with `adcompiler.emit.c` (``expr``, ``fn``, ``lit``), rewrites with
+      `adcompiler.ops.patterns`.
 
     `replace=True` overrides an earlier registration of `name` (e.g. on reloading a module);
     otherwise a second registration is an error, as for built-in ops.
@@ -64,7 +67,8 @@ def register_op(name: str, infer: Callable, *, kernel: Callable | None,
                               options=options, traits=traits, vjp=_guard_rule(name, vjp, "VJP"),
                               jvp=_guard_rule(name, jvp, "JVP"), doc=doc, positional=positional,
                               flops=flops, cuda=cuda, cuda_reduce=cuda_reduce,
-                              index_bound=index_bound, batch=batch)
+                              index_bound=index_bound, batch=batch, rewrites=rewrites,
+                              splat=splat, reads_row=reads_row, sliced_shape=sliced_shape)
     if kernel is not None:
         register_kernel(name, fresh=fresh)(_guard_kernel(name, kernel))
     PLUGIN_OPS.add(name)

@@ -13,11 +13,7 @@ import pytest
 from adcompiler.ops import registry
 
 PKG = Path(__file__).resolve().parent.parent / "adcompiler"
-# modules that still compare op names, and why: canonicalization patterns rewrite particular
-# ops; slices (``index``) have run-time premises that scan-inputs and the Python emitter read
-ALLOWED = {"passes/canonicalize.py", "passes/scan_inputs.py", "emit/python.py"}
-TRAIT_DRIVEN = sorted(str(p.relative_to(PKG)) for p in PKG.rglob("*.py")
-                      if p.parent.name != "ops" and str(p.relative_to(PKG)) not in ALLOWED)
+TRAIT_DRIVEN = sorted(str(p.relative_to(PKG)) for p in PKG.rglob("*.py") if p.parent.name != "ops")
 
 
 COMPARES_NAME = re.compile(r"\bname\b\s*(==|!=|\bin\b|\bnot in\b)|(==|!=)\s*[\w.]*\bname\b")

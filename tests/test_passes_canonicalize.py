@@ -9,7 +9,8 @@ from adcompiler.ir.parser import parse_module
 from adcompiler.ir.printer import print_module
 from adcompiler.ops.registry import REGISTRY
 from adcompiler.passes import run_pipeline
-from adcompiler.passes.canonicalize import PATTERNS, P, Pattern, bound, pattern_table
+from adcompiler.ops.patterns import P, Pattern, all_patterns, bound
+from adcompiler.passes.canonicalize import pattern_table
 
 
 def needs(*ops):
@@ -129,7 +130,27 @@ def test_rewrites_apply_inside_loop_bodies_and_keep_the_root_loc():
 
 def test_table_skips_patterns_for_unregistered_ops():
     fake = Pattern(P("no_such_op", "x"), bound("x"), "never available")
-    table = pattern_table(PATTERNS + [fake])
+    table = pattern_table(all_patterns() + [fake])
     assert "no_such_op" not in table
     assert {"add", "mul", "neg", "reshape"} <= set(table)
     assert all(p.available() for ps in table.values() for p in ps)
+
+
+def test_a_plugin_op_brings_its_own_rewrites():
+    from adcompiler.plugins import register_op, unregister_op
+    try:
+        register_op("plug_id", lambda types, attrs: types[0], kernel=lambda xp, x: x,
+                    traits=("linear",), rewrites=(Pattern(P("plug_id", "x"), bound("x"),
+                                                          "plug_id(x) -> x"),))
+        body = "  %y = plug_id(%x) : f32[3]\n  %e = exp(%y) : f32[3]\n  return(%e)\n"
+        assert canon(body) == "  %e = exp(%x) : f32[3]\n  return(%e)\n"
+    finally:
+        unregister_op("plug_id")
+
+
+def test_a_rewrite_must_be_rooted_at_its_op():
+    from adcompiler.ops.registry import register
+    with pytest.raises(ValueError, match="at its root"):
+        register("not_rooted", lambda types, attrs: types[0],
+                 rewrites=(Pattern(P("neg", "x"), bound("x"), "elsewhere"),))
+    assert "not_rooted" not in REGISTRY

@@ -216,10 +216,10 @@ class _FunctionEmitter:
                 call += "[0]"
             self.lines.append(f"{pad}{outs} = {call}")
             return
-        if op.name in ("index", "index_grad"):
-            self.slice_checks(op, pad)
         if op.name not in registry.REGISTRY:
             raise NotImplementedError(f"the Python emitter does not know the op '{op.name}'")
+        if registry.get(op.name).sliced_shape is not None:
+            self.slice_checks(op, pad)
         kwargs = []
         for k, v in op.attrs.items():
             if k in ANNOTATION_ATTRS:
@@ -232,7 +232,7 @@ class _FunctionEmitter:
     def slice_checks(self, op: Op, pad: str) -> None:
         """The executor's run-time premise of a slice of a symbolic axis (`check_slices`):
         the axis is long enough for the length the compiler gave the slice."""
-        shape = op.operands[0].type.shape if op.name == "index" else op.attrs["shape"]
+        shape = registry.get(op.name).sliced_shape(op)
         for axis, (e, d) in enumerate(zip(op.attrs["idx"], shape)):
             if not isinstance(d, str) or not isinstance(e, (list, tuple)) \
                     or e[2] not in (None, 1, -1):

@@ -18,23 +18,27 @@ def _filled(types, attrs):
 # const: a scalar literal (`value`) of `dtype`; the frontend gives a literal the dtype of the
 # tensor it meets.
 register("const", lambda types, attrs: TensorType(attrs["dtype"], ()), operands=(),
-         options=(Option("value", "number"), Option("dtype", "dtype", "f32")), traits=CTOR, flops=0,
+         options=(Option("value", "number"), Option("dtype", "dtype", "f32")),
+         traits=CTOR + ("literal",), flops=0, splat=lambda op: op.attrs["value"],
          cuda=lambda w, op: w.let(op.result.type.dtype,
                                   literal(op.attrs["value"], op.result.type.dtype),
                                   COMPUTE[op.result.type.dtype]))
 register("zeros", _filled, operands=(),
-         options=(Option("shape", "shape"), Option("dtype", "dtype", "f32")), traits=CTOR, flops=0)
+         options=(Option("shape", "shape"), Option("dtype", "dtype", "f32")), traits=CTOR, flops=0,
+         splat=lambda op: 0)
 register("ones", _filled, operands=(),
-         options=(Option("shape", "shape"), Option("dtype", "dtype", "f32")), traits=CTOR, flops=0)
+         options=(Option("shape", "shape"), Option("dtype", "dtype", "f32")), traits=CTOR, flops=0,
+         splat=lambda op: 1)
 register("full", _filled, operands=(),
          options=(Option("shape", "shape"), Option("value", "number"),
-                  Option("dtype", "dtype", "f32")), traits=CTOR, flops=0)
+                  Option("dtype", "dtype", "f32")), traits=CTOR, flops=0,
+         splat=lambda op: op.attrs["value"])
 
 # zeros_like/ones_like read only their operand's type: the derivative is zero.
 register("zeros_like", lambda types, attrs: types[0], traits=("no_grad",), flops=0,
-         batch=leading_rule)
+         batch=leading_rule, splat=lambda op: 0)
 register("ones_like", lambda types, attrs: types[0], traits=("no_grad",), flops=0,
-         batch=leading_rule)
+         batch=leading_rule, splat=lambda op: 1)
 
 
 def _arange(types, attrs):

@@ -26,10 +26,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..diagnostics import ShapeError
 from ..emit.c import COMPUTE, expr, fn, fn2, infix, lit, math_fn
 from ..ir.types import TensorType, broadcast_shapes, join_dtypes
 from .batching import broadcast_rule
+from .patterns import P, Pattern, Scalar, Splat, bound, fold
 from .registry import Option, register
 from .rules import add_all, float_tangent, scalar
 
@@ -98,7 +101,7 @@ def _self_adjoint(vjp):
 
 
 def unary(name, cuda, *, deriv=None, scale=None, vjp=None, infer=None, traits=(),
-          options=(), flops=None, doc=""):
+          options=(), flops=None, doc="", rewrites=()):
     """Declare a unary elementwise op from one of: `deriv(b, x, y)`, its local derivative
     (the cotangent is multiplied by it); `scale(b, x, y, g)`, the cotangent of `x` from the
     cotangent `g`; `vjp`, a whole rule. The JVP rule is the same map applied to the tangent.
@@ -109,7 +112,7 @@ def unary(name, cuda, *, deriv=None, scale=None, vjp=None, infer=None, traits=()
         vjp = lambda b, op, ct: [scale(b, op.operands[0], op.result, ct[0])]  # noqa: E731
     register(name, infer or _float_unary(name), options=options, traits=EW + tuple(traits),
              vjp=vjp, jvp=_self_adjoint(vjp) if vjp else None, cuda=cuda, flops=flops, doc=doc,
-             batch=broadcast_rule)
+             batch=broadcast_rule, rewrites=rewrites)
 
 
 # ---- unary ---------------------------------------------------------------------------
@@ -184,7 +187,9 @@ def _leaky_relu_vjp(b, op, ct):
 
 unary("neg", expr(lambda w, ct, dt, op, a: f"-{a}"), infer=_numeric_unary("neg"),
       traits=("linear",),
-      vjp=lambda b, op, ct: [b.emit("neg", ct[0]) if op.operands[0].type.is_float else None])
+      vjp=lambda b, op, ct: [b.emit("neg", ct[0]) if op.operands[0].type.is_float else None],
+      rewrites=(Pattern(P("neg", P("neg", "x")), bound("x"), "-(-x) -> x"),
+                Pattern(P("neg", Scalar("a")), fold(np.negative), "fold -a")))
 unary("exp", fn("exp"), deriv=lambda b, x, y: y)
 unary("log", fn("log"), scale=lambda b, x, y, g: b.emit("div", g, x))
 unary("log1p", fn("log1p"),
@@ -263,7 +268,7 @@ register("clip", _broadcast("clip"), operands=("x", "lo", "hi"), traits=EW, vjp=
 
 # ---- binary --------------------------------------------------------------------------
 
-def binary(name, cuda, da, db, *, traits=(), jvp=None, float_result=False):
+def binary(name, cuda, da, db, *, traits=(), jvp=None, float_result=False, rewrites=()):
     """Declare a binary elementwise op from its per-operand cotangents ``da(b, a, bb, y, g)``
     and ``db(...)`` (skipped for non-float operands); the JVP rule sums the same maps of the
     operands' tangents unless `jvp` is given."""
@@ -282,7 +287,7 @@ def binary(name, cuda, da, db, *, traits=(), jvp=None, float_result=False):
                                  db(b, a, bb, op.result, tb) if tb is not None else None])]
     register(name, _broadcast(name, float_result=float_result), operands=("a", "b"),
              traits=EW + tuple(traits), vjp=vjp, jvp=jvp or forward, cuda=cuda,
-             batch=broadcast_rule)
+             batch=broadcast_rule, rewrites=rewrites)
 
 
 def _pow_db(b, a, bb, y, g):
@@ -344,15 +349,28 @@ def _sub_jvp(b, op, tangents):
 
 
 _first = lambda b, a, bb, y, g: g  # noqa: E731
-binary("add", infix("+"), _first, _first, traits=("linear", "commutative"), jvp=_add_jvp)
+# canonicalization: ``x * 0`` is deliberately not folded: it is NaN for ``x = inf`` or NaN
+# (JAX keeps it too); a fold that is not finite, or an integer division, is left alone
+binary("add", infix("+"), _first, _first, traits=("linear", "commutative"), jvp=_add_jvp,
+       rewrites=(Pattern(P("add", "x", Splat(0)), bound("x"), "x + 0 -> x (and 0 + x)"),
+                 Pattern(P("add", "x", P("neg", "y")), lambda b, m: b.emit("sub", m["x"], m["y"]),
+                         "x + -y -> x - y", needs=("sub",)),
+                 Pattern(P("add", Scalar("a"), Scalar("b")), fold(np.add), "fold a + b")))
 binary("sub", infix("-"), _first, lambda b, a, bb, y, g: b.emit("neg", g), traits=("linear",),
-       jvp=_sub_jvp)
+       jvp=_sub_jvp,
+       rewrites=(Pattern(P("sub", "x", Splat(0)), bound("x"), "x - 0 -> x"),
+                 Pattern(P("sub", Scalar("a"), Scalar("b")), fold(np.subtract), "fold a - b")))
 binary("mul", infix("*"), lambda b, a, bb, y, g: b.emit("mul", g, bb),
-       lambda b, a, bb, y, g: b.emit("mul", g, a), traits=("commutative",))
+       lambda b, a, bb, y, g: b.emit("mul", g, a), traits=("commutative",),
+       rewrites=(Pattern(P("mul", "x", Splat(1)), bound("x"), "x * 1 -> x (and 1 * x)"),
+                 Pattern(P("mul", Scalar("a"), Scalar("b")), fold(np.multiply), "fold a * b")))
 # d/db (a / b) = -(a / b) / b = -y / b
 binary("div", infix("/"), lambda b, a, bb, y, g: b.emit("div", g, bb),
        lambda b, a, bb, y, g: b.emit("neg", b.emit("div", b.emit("mul", g, y), bb)),
-       float_result=True)
+       float_result=True,
+       rewrites=(Pattern(P("div", "x", Splat(1)), bound("x"), "x / 1 -> x"),
+                 Pattern(P("div", Scalar("a"), Scalar("b")), fold(np.divide, ints=False),
+                         "fold a / b")))
 binary("pow", fn2("pow"), _pow_da, _pow_db, float_result=True)  # float only (its type rule)
 _extremum("maximum", "gt", expr(lambda w, ct, dt, op, a, b: f"adc_max({a}, {b})"))
 _extremum("minimum", "lt", expr(lambda w, ct, dt, op, a, b: f"adc_min({a}, {b})"))

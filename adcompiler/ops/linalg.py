@@ -6,6 +6,7 @@ import math
 from ..diagnostics import ShapeError
 from ..ir.types import TensorType, broadcast_shapes, join_dtypes
 from .batching import expand_to, rank
+from .patterns import P, Pattern
 from .registry import Option, register
 
 
@@ -134,8 +135,26 @@ def _transpose_batch(b, op, args, batched, n):
     return [b.emit("transpose", args[0], perm=[0] + [p + 1 for p in perm])]
 
 
+def _identity_transpose(b, m):
+    p = full_perm(m["op"].attrs["perm"], m["x"].type.rank)
+    return m["x"] if p == tuple(sorted(p)) else None
+
+
+def _transpose_transpose(b, m):
+    """One transpose for two, or none if they cancel."""
+    outer, inner = m["op"], m["op"].operands[0].defining_op
+    rank = m["x"].type.rank
+    p1, p2 = full_perm(inner.attrs["perm"], rank), full_perm(outer.attrs["perm"], rank)
+    q = [p1[j] for j in p2]
+    return m["x"] if q == sorted(q) else b.emit("transpose", m["x"], perm=tuple(q))
+
+
 register("transpose", _transpose, options=(Option("perm", "ints", None),),
-         traits=("linear",), vjp=_transpose_vjp, flops=0, batch=_transpose_batch)
+         traits=("linear",), vjp=_transpose_vjp, flops=0, batch=_transpose_batch,
+         rewrites=(Pattern(P("transpose", "x"), _identity_transpose,
+                           "transpose by the identity -> x"),
+                   Pattern(P("transpose", P("transpose", "x")), _transpose_transpose,
+                           "transpose(transpose(x)) -> one transpose, or x")))
 
 
 # ---- einsum ---------------------------------------------------------------------------

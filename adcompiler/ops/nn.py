@@ -12,6 +12,7 @@ from ..emit.c import COMPUTE, expr, lit, math_fn
 from ..ir.types import TensorType, broadcast_shapes, join_dtypes, normalize_axis, num_elements
 from .create import dim_scalar
 from .batching import axis_rule, broadcast_rule, expand_to, rank, shift_axis, unsupported
+from .patterns import P, Pattern, bound
 from .registry import Option, register
 from .rules import add_all, float_tangent
 
@@ -397,4 +398,5 @@ def _cast_cuda(w, op):
 
 register("cast", lambda types, attrs: types[0].with_dtype(attrs["dtype"]),
          options=(Option("dtype", "dtype"),), traits=("elementwise",), vjp=_cast_vjp,
-         jvp=_cast_jvp, flops=0, cuda=_cast_cuda, batch=broadcast_rule)
+         jvp=_cast_jvp, flops=0, cuda=_cast_cuda, batch=broadcast_rule,
+         rewrites=(Pattern(P("cast", "x"), bound("x"), "cast to the same dtype -> x"),))

@@ -11,6 +11,7 @@ from ..emit.c import Reduce
 from ..ir.types import TensorType, normalize_axis, num_elements
 from .create import dim_scalar
 from .batching import reduce_rule
+from .patterns import P, Pattern, bound, re_emit, same_type
 from .registry import Option, register
 
 AXIS_OPTIONS = (Option("axis", "axes", None), Option("keepdims", "bool", False))
@@ -137,6 +138,11 @@ def _var_weight(b, op):
     return b.emit("mul", centered, b.emit("div", b.const(2.0, x.type.dtype), count(b, op)))
 
 
+def _no_axes(name):
+    """The canonicalization of a reduction over nothing: its operand."""
+    return (Pattern(P(name, "x"), same_type, f"{name} over no (or size-1 kept) axes -> x"),)
+
+
 def _float_only(rule):
     """Skip the rule for integer operands, which get no cotangent."""
     return lambda b, op, ct: rule(b, op, ct) if op.operands[0].type.is_float else [None]
@@ -147,16 +153,16 @@ def _float_only(rule):
 # with, then reduce like the op itself. FLOPs: one per operand element, unless said.
 register("sum", _sum_type, options=AXIS_OPTIONS, traits=("reduction", "linear"),
          vjp=_float_only(lambda b, op, ct: [expand_back(b, ct[0], op)]), flops=1,
-         cuda_reduce=Reduce("sum"), batch=reduce_rule)
+         cuda_reduce=Reduce("sum"), batch=reduce_rule, rewrites=_no_axes("sum"))
 register("mean", _reduce("mean", "float"), options=AXIS_OPTIONS,
          traits=("reduction", "linear"), vjp=_mean_vjp, flops=1,
-         cuda_reduce=Reduce("sum", mean=True), batch=reduce_rule)
+         cuda_reduce=Reduce("sum", mean=True), batch=reduce_rule, rewrites=_no_axes("mean"))
 register("max", _reduce("max", "numeric"), options=AXIS_OPTIONS, traits=("reduction",),
          vjp=_float_only(_extremum_vjp), jvp=_weighted_jvp(_extremum_weight), flops=1,
-         cuda_reduce=Reduce("max"), batch=reduce_rule)
+         cuda_reduce=Reduce("max"), batch=reduce_rule, rewrites=_no_axes("max"))
 register("min", _reduce("min", "numeric"), options=AXIS_OPTIONS, traits=("reduction",),
          vjp=_float_only(_extremum_vjp), jvp=_weighted_jvp(_extremum_weight), flops=1,
-         cuda_reduce=Reduce("min"), batch=reduce_rule)
+         cuda_reduce=Reduce("min"), batch=reduce_rule, rewrites=_no_axes("min"))
 register("logsumexp", _reduce("logsumexp", "float"), options=AXIS_OPTIONS,
          traits=("reduction",), vjp=_logsumexp_vjp, jvp=_weighted_jvp(_softmax_weight),
          flops=4, batch=reduce_rule)
@@ -182,4 +188,7 @@ def _sum_to_batch(b, op, args, batched, n):
 # broadcast_to); the reverse driver uses it to unbroadcast cotangents.
 register("sum_to", _sum_to, options=(Option("shape", "shape"),), traits=("reduction", "linear"),
          vjp=lambda b, op, ct: [b.emit("broadcast_to", ct[0], shape=op.operands[0].type.shape)],
-         flops=1, cuda_reduce=Reduce("sum", to_shape=True), batch=_sum_to_batch)
+         flops=1, cuda_reduce=Reduce("sum", to_shape=True), batch=_sum_to_batch,
+         rewrites=(Pattern(P("sum_to", "x"), bound("x"), "sum_to the same shape -> x"),
+                   Pattern(P("sum_to", P("sum_to", "x")), re_emit,
+                           "sum_to(sum_to(x)) -> sum_to(x)")))

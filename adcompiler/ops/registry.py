@@ -24,12 +24,22 @@ instead of matching op names:
 * `index_bound(op, size)`: for an op that takes class labels or indices, the operand that
   holds them, its exclusive upper bound (via ``size(value, axis)``) and whether a value
   outside ``[0, bound)`` is an error, else ``None``. `adc run` draws random labels below it.
+* `rewrites`: canonicalization patterns rooted at the op (`adcompiler.ops.patterns`), which
+  the ``canonicalize`` pass applies to a fixed point.
+* `splat(op)`: for a constructor whose elements all equal one number, that number (the
+  patterns' `Splat`); ``None`` otherwise.
+* `reads_row(op)`: for an op that reads one row (an entry of the first axis) of an array at
+  a run-time index, ``(array, index)`` (the ``scan-inputs`` pass turns such reads in a loop
+  into scanned inputs); else ``None``.
+* `sliced_shape(op)`: for an op that slices an array by its ``idx`` option, the shape of
+  that array, whose symbolic axes must be long enough for the slices (the executor checks
+  it, and the Python emitter writes the same check).
 
 Whether an op's kernel returns a new array or may return (a view of) an operand is a fact
 of the kernel, declared with it in the runtime's kernel table (``kernel(..., fresh=...)``),
 since the runtime never imports the compiler.
 
-Traits: ``elementwise`` (result broadcasts its operands), ``linear`` (in its float operands),
+Traits: ``literal`` (a scalar constant: its ``value`` option), ``elementwise`` (result broadcasts its operands), ``linear`` (in its float operands),
 ``no_grad`` (derivative zero or undefined: comparisons, rounding, integer ops),
 ``commutative``, ``reduction``, ``constructor`` (no tensor operands), ``impure`` (never
 removed or merged; no op is impure today).
@@ -80,6 +90,10 @@ class OpDef:
     cuda_reduce: Any = None
     index_bound: Callable | None = None
     batch: Callable | None = None
+    rewrites: tuple = ()
+    splat: Callable | None = None
+    reads_row: Callable | None = None
+    sliced_shape: Callable | None = None
 
     @property
     def signature(self) -> tuple[str, ...]:
@@ -118,14 +132,17 @@ REGISTRY: dict[str, OpDef] = {}
 
 def register(name: str, infer: Callable, *, operands=("x",), options=(), traits=(),
              vjp=None, jvp=None, doc: str = "", positional=None, flops=None, cuda=None,
-             cuda_reduce=None, index_bound=None, batch=None) -> OpDef:
+             cuda_reduce=None, index_bound=None, batch=None, rewrites=(), splat=None,
+             reads_row=None, sliced_shape=None) -> OpDef:
     """Declare an op with every fact about it. Re-registering a name is an error: one op,
     one place."""
     if name in REGISTRY:
         raise ValueError(f"op {name!r} is already registered")
+    if any(p.match.name != name for p in rewrites):
+        raise ValueError(f"a rewrite of {name!r} must match {name!r} at its root")
     d = OpDef(name, infer, tuple(operands), tuple(options), frozenset(traits), vjp, jvp, doc,
               tuple(positional) if positional else None, flops, cuda, cuda_reduce,
-              index_bound, batch)
+              index_bound, batch, tuple(rewrites), splat, reads_row, sliced_shape)
     REGISTRY[name] = d
     return d
 

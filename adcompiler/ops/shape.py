@@ -7,6 +7,7 @@ from ..diagnostics import ShapeError
 from ..ir.types import (Dim, TensorType, broadcast_shapes, dim_add, dim_div, dim_mul,
                         num_elements, normalize_axis)
 from .batching import axis_rule, expand_to, unsupported
+from .patterns import P, Pattern, bound, re_emit
 from .registry import Option, register
 
 LINEAR = ("linear",)
@@ -38,7 +39,10 @@ def _with_batch_shape(b, op, args, batched, n):
 
 
 register("reshape", _reshape, options=(Option("shape", "shape"),), traits=LINEAR,
-         vjp=_back_to_operand, flops=0, batch=_with_batch_shape)
+         vjp=_back_to_operand, flops=0, batch=_with_batch_shape,
+         rewrites=(Pattern(P("reshape", "x"), bound("x"), "reshape to the same shape -> x"),
+                   Pattern(P("reshape", P("reshape", "x")), re_emit,
+                           "reshape(reshape(x)) -> reshape(x)")))
 
 
 def _broadcast_to(types, attrs):
@@ -52,7 +56,10 @@ def _broadcast_to(types, attrs):
 register("broadcast_to", _broadcast_to, options=(Option("shape", "shape"),), traits=LINEAR,
          vjp=lambda b, op, ct: [ct[0]], flops=0,
          batch=lambda b, op, args, batched, n: _with_batch_shape(
-             b, op, [expand_to(b, args[0], len(op.attrs["shape"]))], batched, n))
+             b, op, [expand_to(b, args[0], len(op.attrs["shape"]))], batched, n),
+         rewrites=(Pattern(P("broadcast_to", "x"), bound("x"), "broadcast_to the same shape -> x"),
+                   Pattern(P("broadcast_to", P("broadcast_to", "x")), re_emit,
+                           "broadcast_to(broadcast_to(x)) -> broadcast_to(x)")))
 
 
 # ---- expand_dims / squeeze ------------------------------------------------------------
@@ -265,9 +272,17 @@ def _index_batch(b, op, args, batched, n):
     return [b.emit(op.name, *args, **attrs)]
 
 
+def _reads_row(op):
+    """``x[i]`` with one run-time index on the first axis reads a row of `x`."""
+    if len(op.operands) == 2 and op.attrs.get("idx") in (("?",), ["?"]):
+        return op.operands[0], op.operands[1]
+    return None
+
+
 register("index", _index, operands=("x", "*dyn"), options=(Option("idx", "idx"),),
          traits=LINEAR, vjp=_index_vjp, batch=_index_batch,
-         doc="x[...]: entries int (drops an axis), [start, stop, step], '?' (next dyn)", flops=0)
+         doc="x[...]: entries int (drops an axis), [start, stop, step], '?' (next dyn)", flops=0,
+         reads_row=_reads_row, sliced_shape=lambda op: op.operands[0].type.shape)
 
 
 def _index_grad(types, attrs):
@@ -288,4 +303,5 @@ def _index_grad_vjp(b, op, cts):
 # of `index` (basic indexing selects each element at most once, so writing is enough).
 register("index_grad", _index_grad, operands=("ct", "*dyn"),
          options=(Option("idx", "idx"), Option("shape", "shape")), traits=LINEAR,
-         vjp=_index_grad_vjp, flops=0, batch=_index_batch)
+         vjp=_index_grad_vjp, flops=0, batch=_index_batch,
+         sliced_shape=lambda op: op.attrs["shape"])

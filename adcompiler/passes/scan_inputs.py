@@ -27,15 +27,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir.core import Block, Function, Module, Op, Value, replace_all_uses
-from ..ops.registry import has_trait
+from ..ops.registry import has_trait, lookup
 from .pipeline import FunctionPass, register_pass
 from .reverse import captured_values
 
 
 def _is_slice_read(op: Op, x: Value, index: Value) -> bool:
-    """Whether `op` is ``index(x, index) {idx = ("?",)}`` giving `x` without its first axis."""
-    return (op.name == "index" and len(op.operands) == 2 and op.operands[0] is x
-            and op.operands[1] is index and op.attrs.get("idx") in (("?",), ["?"])
+    """Whether `op` reads the row ``x[index]`` (its definition's `reads_row` says, e.g.
+    ``index(x, index) {idx = ("?",)}``), giving `x` without its first axis."""
+    d = lookup(op.name)
+    row = d.reads_row(op) if d is not None and d.reads_row is not None else None
+    return (row is not None and row[0] is x and row[1] is index
             and len(op.results) == 1 and not op.regions
             and op.result.type == x.type.with_shape(x.type.shape[1:]))
 
