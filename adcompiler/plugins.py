@@ -48,7 +48,8 @@ def register_op(name: str, infer: Callable, *, kernel: Callable | None,
     * ``jvp(b, op, tangents)`` returns one tangent per result (``None`` is zero), used by
       forward mode (``jvp``) and Hessian-vector products.
     * ``kernel(xp, *operands, **attrs)`` computes the op with the array module `xp`;
-      ``fresh=True`` says it always returns a new array (never an operand or a view).
+      ``fresh=True`` says it always returns a new array (never an operand or a view); it
+      may also be ``fn(op) -> bool``, deciding per IR op.
     * `flops`, `cuda`, `cuda_reduce`, `index_bound`, `batch`, `rewrites`, `splat`,
       `reads_row`, `sliced_shape`: see `adcompiler.ops.registry`; a CUDA formula is usually
       built with `adcompiler.emit.c` (``expr``, ``fn``, ``lit``), rewrites with
@@ -68,9 +69,10 @@ def register_op(name: str, infer: Callable, *, kernel: Callable | None,
                               jvp=_guard_rule(name, jvp, "JVP"), doc=doc, positional=positional,
                               flops=flops, cuda=cuda, cuda_reduce=cuda_reduce,
                               index_bound=index_bound, batch=batch, rewrites=rewrites,
-                              splat=splat, reads_row=reads_row, sliced_shape=sliced_shape)
+                              splat=splat, reads_row=reads_row, sliced_shape=sliced_shape,
+                              fresh=fresh)
     if kernel is not None:
-        register_kernel(name, fresh=fresh)(_guard_kernel(name, kernel))
+        register_kernel(name)(_guard_kernel(name, kernel))
     PLUGIN_OPS.add(name)
     return opdef
 
@@ -122,11 +124,10 @@ def _guard_kernel(name: str, kernel: Callable) -> Callable:
 
 def unregister_op(name: str) -> None:
     """Forget op `name` and its kernel (a no-op for names never registered)."""
-    from adc_runtime.kernels import FRESH, KERNELS, PLUGIN_OPS
+    from adc_runtime.kernels import KERNELS, PLUGIN_OPS
     PLUGIN_OPS.discard(name)
     registry.REGISTRY.pop(name, None)
     KERNELS.pop(name, None)
-    FRESH.pop(name, None)
 
 
 def _load_one(name: str) -> ModuleType:

@@ -36,17 +36,15 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from .dims import eval_dim
-from .kernels import FRESH
 from .liveness import last_uses
 
 ALIGN = 256
 
 
 def returns_new(op) -> bool:
-    """Whether `op`'s kernel always returns a new array, as its kernel declares
-    (`adc_runtime.kernels.FRESH`)."""
-    fresh = FRESH.get(op.name, False)
-    return fresh(op) if callable(fresh) else bool(fresh)
+    """Whether `op`'s kernel always returns a new array: the IR op says (``op.fresh``, from
+    the op's definition in the compiler's registry)."""
+    return op.fresh
 
 
 ITEMSIZE = {"f16": 2, "f32": 4, "f64": 8, "i32": 4, "i64": 8, "bool": 1}
@@ -147,7 +145,7 @@ def alias_sources(op, in_place: Callable) -> dict:
     A loop's carried result may share the memory of its initial value, of a scanned input
     (a slice is a view) or of a captured value, through any chain of views in the body and
     across iterations; its stacked outputs are new. A fused group's result may be one of
-    its operands through views. Any other op whose kernel is not declared fresh may return any operand."""
+    its operands through views. Any other op whose definition does not declare it fresh may return any operand."""
     written = set(in_place(op))
     if returns_new(op):
         return {r: set() for r in op.results}

@@ -188,8 +188,8 @@ def test_random_programs_planned_equal_unplanned(program, data_seed):
 
 def test_fresh_ops_are_registered_ops():
     from adcompiler.ops import registry
-    from adc_runtime.kernels import FRESH
-    assert {n for n, fresh in FRESH.items() if fresh} <= set(registry.REGISTRY)
+    from adc_runtime.kernels import KERNELS
+    assert {n for n, d in registry.REGISTRY.items() if d.fresh} <= set(KERNELS)
 
 
 @pytest.mark.parametrize("body", ["h = e[i]", "h = reshape(e[i] , [2, 4])[0:2]"])
@@ -353,3 +353,24 @@ def test_an_empty_max_is_the_same_run_error_on_both_backends():
     assert errors[0] == errors[1] == (
         "max cannot run on these values: zero-size array to reduction operation maximum which "
         "has no identity", (2, 16))
+
+
+def test_freshness_is_read_from_the_op_definition():
+    from adcompiler.ir.core import Op, Value
+    from adcompiler.ir.types import TensorType
+    from adcompiler.plugins import register_op, unregister_op
+    from adc_runtime.buffers import returns_new
+    t = TensorType("f32", (2,))
+    x = Value(t, "x")
+    assert returns_new(Op("exp", [x], [t])) and not returns_new(Op("reshape", [x], [t]))
+    # einsum decides per op: one operand may be a view (`ij->ji`)
+    assert not returns_new(Op("einsum", [x], [t])) and returns_new(Op("einsum", [x, x], [t]))
+    assert not returns_new(Op("no_such_op", [x], [t]))  # unknown: may alias
+    try:
+        register_op("plug_new", lambda ts, a: ts[0], kernel=lambda xp, v: v + 0, fresh=True)
+        register_op("plug_view", lambda ts, a: ts[0], kernel=lambda xp, v: v[...])
+        assert returns_new(Op("plug_new", [x], [t]))
+        assert not returns_new(Op("plug_view", [x], [t]))
+    finally:
+        unregister_op("plug_new")
+        unregister_op("plug_view")

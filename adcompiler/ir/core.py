@@ -69,6 +69,14 @@ class Op:
         self.parent: Block | None = None
 
     @property
+    def fresh(self) -> bool:
+        """Whether this op's kernel always returns a new array, never an operand or a view
+        of one, as the op's definition declares (`adcompiler.ops.registry`); buffer
+        planning in the runtime asks it."""
+        from ..ops.registry import returns_new
+        return returns_new(self)
+
+    @property
     def result(self) -> Value:
         assert len(self.results) == 1, f"{self.name} has {len(self.results)} results"
         return self.results[0]

@@ -22,23 +22,23 @@ register("const", lambda types, attrs: TensorType(attrs["dtype"], ()), operands=
          traits=CTOR + ("literal",), flops=0, splat=lambda op: op.attrs["value"],
          cuda=lambda w, op: w.let(op.result.type.dtype,
                                   literal(op.attrs["value"], op.result.type.dtype),
-                                  COMPUTE[op.result.type.dtype]))
+                                  COMPUTE[op.result.type.dtype]), fresh=True)
 register("zeros", _filled, operands=(),
          options=(Option("shape", "shape"), Option("dtype", "dtype", "f32")), traits=CTOR, flops=0,
-         splat=lambda op: 0)
+         splat=lambda op: 0, fresh=True)
 register("ones", _filled, operands=(),
          options=(Option("shape", "shape"), Option("dtype", "dtype", "f32")), traits=CTOR, flops=0,
-         splat=lambda op: 1)
+         splat=lambda op: 1, fresh=True)
 register("full", _filled, operands=(),
          options=(Option("shape", "shape"), Option("value", "number"),
                   Option("dtype", "dtype", "f32")), traits=CTOR, flops=0,
-         splat=lambda op: op.attrs["value"])
+         splat=lambda op: op.attrs["value"], fresh=True)
 
 # zeros_like/ones_like read only their operand's type: the derivative is zero.
 register("zeros_like", lambda types, attrs: types[0], traits=("no_grad",), flops=0,
-         batch=leading_rule, splat=lambda op: 0)
+         batch=leading_rule, splat=lambda op: 0, fresh=True)
 register("ones_like", lambda types, attrs: types[0], traits=("no_grad",), flops=0,
-         batch=leading_rule, splat=lambda op: 1)
+         batch=leading_rule, splat=lambda op: 1, fresh=True)
 
 
 def _arange(types, attrs):
@@ -49,7 +49,8 @@ def _arange(types, attrs):
 
 
 register("arange", _arange, operands=(),
-         options=(Option("n", "dim"), Option("dtype", "dtype", "i64")), traits=CTOR, flops=0)
+         options=(Option("n", "dim"), Option("dtype", "dtype", "i64")), traits=CTOR, flops=0,
+         fresh=True)
 
 
 def _dim_value(types, attrs):
@@ -61,7 +62,8 @@ def _dim_value(types, attrs):
 
 # dim_value(; n, dtype): the scalar value of the dimension `n` (e.g. "B*T") at run time.
 register("dim_value", _dim_value, operands=(),
-         options=(Option("n", "dim"), Option("dtype", "dtype", "f32")), traits=CTOR, flops=0)
+         options=(Option("n", "dim"), Option("dtype", "dtype", "f32")), traits=CTOR, flops=0,
+         fresh=True)
 
 
 def dim_scalar(b, n, dtype: str):

@@ -101,7 +101,7 @@ def _self_adjoint(vjp):
 
 
 def unary(name, cuda, *, deriv=None, scale=None, vjp=None, infer=None, traits=(),
-          options=(), flops=None, doc="", rewrites=()):
+          options=(), flops=None, doc="", rewrites=(), fresh=True):
     """Declare a unary elementwise op from one of: `deriv(b, x, y)`, its local derivative
     (the cotangent is multiplied by it); `scale(b, x, y, g)`, the cotangent of `x` from the
     cotangent `g`; `vjp`, a whole rule. The JVP rule is the same map applied to the tangent.
@@ -112,7 +112,7 @@ def unary(name, cuda, *, deriv=None, scale=None, vjp=None, infer=None, traits=()
         vjp = lambda b, op, ct: [scale(b, op.operands[0], op.result, ct[0])]  # noqa: E731
     register(name, infer or _float_unary(name), options=options, traits=EW + tuple(traits),
              vjp=vjp, jvp=_self_adjoint(vjp) if vjp else None, cuda=cuda, flops=flops, doc=doc,
-             batch=broadcast_rule, rewrites=rewrites)
+             batch=broadcast_rule, rewrites=rewrites, fresh=fresh)
 
 
 # ---- unary ---------------------------------------------------------------------------
@@ -226,9 +226,13 @@ unary("leaky_relu", expr(lambda w, ct, dt, op, a: f"{a} > {lit(0.0, ct)} ? {a} :
                                                   f"{a} * {lit(op.attrs['slope'], ct)}"),
       options=(Option("slope", "float", 0.01),), vjp=_leaky_relu_vjp)
 unary("sign", expr(_sign_cuda), traits=("no_grad",))
-unary("round", _int_identity("rint"), infer=_numeric_unary("round"), traits=("no_grad",))
-unary("floor", _int_identity("floor"), infer=_numeric_unary("floor"), traits=("no_grad",))
-unary("ceil", _int_identity("ceil"), infer=_numeric_unary("ceil"), traits=("no_grad",))
+# rounding an integer tensor returns the operand itself: not fresh
+unary("round", _int_identity("rint"), infer=_numeric_unary("round"), traits=("no_grad",),
+      fresh=False)
+unary("floor", _int_identity("floor"), infer=_numeric_unary("floor"), traits=("no_grad",),
+      fresh=False)
+unary("ceil", _int_identity("ceil"), infer=_numeric_unary("ceil"), traits=("no_grad",),
+      fresh=False)
 
 
 # ---- clip ----------------------------------------------------------------------------
@@ -263,7 +267,8 @@ def _clip_jvp(b, op, tangents):
 
 register("clip", _broadcast("clip"), operands=("x", "lo", "hi"), traits=EW, vjp=_clip_vjp,
          jvp=_clip_jvp, batch=broadcast_rule,
-         cuda=expr(lambda w, ct, dt, op, x, lo, hi: f"adc_min(adc_max({x}, {lo}), {hi})"))
+         cuda=expr(lambda w, ct, dt, op, x, lo, hi: f"adc_min(adc_max({x}, {lo}), {hi})"),
+         fresh=True)
 
 
 # ---- binary --------------------------------------------------------------------------
@@ -287,7 +292,7 @@ def binary(name, cuda, da, db, *, traits=(), jvp=None, float_result=False, rewri
                                  db(b, a, bb, op.result, tb) if tb is not None else None])]
     register(name, _broadcast(name, float_result=float_result), operands=("a", "b"),
              traits=EW + tuple(traits), vjp=vjp, jvp=jvp or forward, cuda=cuda,
-             batch=broadcast_rule, rewrites=rewrites)
+             batch=broadcast_rule, rewrites=rewrites, fresh=True)
 
 
 def _pow_db(b, a, bb, y, g):
@@ -334,7 +339,7 @@ def _extremum(name, wins, cuda):
             b.emit("mul", ta, w) if ta is not None else None,
             b.emit("mul", tb, b.emit("sub", scalar(b, 1.0, w), w)) if tb is not None else None])]
     register(name, _broadcast(name), operands=("a", "b"), traits=EW + ("commutative",),
-             vjp=vjp, jvp=jvp, cuda=cuda, batch=broadcast_rule)
+             vjp=vjp, jvp=jvp, cuda=cuda, batch=broadcast_rule, fresh=True)
 
 
 def _add_jvp(b, op, tangents):
@@ -395,7 +400,7 @@ for _name, _symbol in (("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="), ("e
                        ("ne", "!=")):
     register(_name, _broadcast(_name, result_dtype="bool"), operands=("a", "b"),
              traits=NO_GRAD + (("commutative",) if _name in ("eq", "ne") else ()),
-             cuda=_compare(_symbol), batch=broadcast_rule)
+             cuda=_compare(_symbol), batch=broadcast_rule, fresh=True)
 
 
 def _where_vjp(b, op, ct):
@@ -425,4 +430,4 @@ def _where_cuda(w, op):
 
 
 register("where", _where, operands=("cond", "a", "b"), traits=EW, vjp=_where_vjp,
-         jvp=_where_jvp, cuda=_where_cuda, batch=broadcast_rule)
+         jvp=_where_jvp, cuda=_where_cuda, batch=broadcast_rule, fresh=True)

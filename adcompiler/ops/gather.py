@@ -63,7 +63,8 @@ register("take", _take, operands=("table", "idx"), options=(Option("axis", "int"
          traits=("linear",), vjp=_take_vjp, doc="gather along axis", flops=0,
          batch=_take_batch,
          index_bound=lambda op, size: (op.operands[1], size(op.operands[0],
-                                                            op.attrs.get("axis", 0)), False))
+                                                            op.attrs.get("axis", 0)), False),
+         fresh=True)
 
 
 def _take_grad(types, attrs):
@@ -100,7 +101,7 @@ def _take_grad_batch(b, op, args, batched, n):
 
 register("take_grad", _take_grad, operands=("ct", "idx"),
          options=(Option("axis", "int", 0), Option("shape", "shape")), traits=("linear",),
-         vjp=_take_grad_vjp, flops=0, batch=_take_grad_batch)
+         vjp=_take_grad_vjp, flops=0, batch=_take_grad_batch, fresh=True)
 
 
 def _one_hot(types, attrs):
@@ -115,4 +116,4 @@ register("one_hot", _one_hot, operands=("idx",),
          options=(Option("n", "dim"), Option("dtype", "dtype", "f32")), traits=("no_grad",),
          doc="idx[..., None] == arange(n); an index outside [0, n) gives a zero row", flops=0,
          batch=leading_rule,
-         index_bound=lambda op, size: (op.operands[0], size(op.attrs["n"]), False))
+         index_bound=lambda op, size: (op.operands[0], size(op.attrs["n"]), False), fresh=True)

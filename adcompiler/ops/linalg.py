@@ -100,7 +100,7 @@ def _matmul_batch(b, op, args, batched, n):
 
 register("matmul", _matmul, operands=("a", "b"), vjp=_matmul_vjp,
          doc="NumPy matmul: 1-D, 2-D and batched with broadcast batch axes",
-         jvp=_matmul_jvp, flops=_matmul_flops, batch=_matmul_batch)
+         jvp=_matmul_jvp, flops=_matmul_flops, batch=_matmul_batch, fresh=True)
 
 
 # ---- transpose ------------------------------------------------------------------------
@@ -251,4 +251,5 @@ def _einsum_batch(b, op, args, batched, n):
 
 register("einsum", _einsum, operands=("*operands",), options=(Option("spec", "str"),),
          positional=("spec", "*operands"), vjp=_einsum_vjp,
-         jvp=_einsum_jvp, flops=_einsum_flops, batch=_einsum_batch)
+         jvp=_einsum_jvp, flops=_einsum_flops, batch=_einsum_batch,
+         fresh=lambda op: len(op.operands) > 1)  # one operand: `ij->ji` is a view

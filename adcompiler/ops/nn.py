@@ -79,9 +79,9 @@ def _log_softmax_jvp(b, op, tangents):
 
 
 register("softmax", _softmax_type("softmax"), options=(AXIS,), vjp=_softmax_vjp,
-         jvp=_softmax_jvp, flops=5, batch=axis_rule)
+         jvp=_softmax_jvp, flops=5, batch=axis_rule, fresh=True)
 register("log_softmax", _softmax_type("log_softmax"), options=(AXIS,), vjp=_log_softmax_vjp,
-         jvp=_log_softmax_jvp, flops=5, batch=axis_rule)
+         jvp=_log_softmax_jvp, flops=5, batch=axis_rule, fresh=True)
 
 
 # ---- cross_entropy --------------------------------------------------------------------
@@ -157,7 +157,7 @@ def _label_bound(op, size):
 register("cross_entropy", _cross_entropy, operands=("logits", "labels"), options=(AXIS,),
          vjp=_cross_entropy_vjp,
          doc="per-example logsumexp(logits) - logits[label], or -sum(p * log_softmax)",
-         jvp=_cross_entropy_jvp, flops=6, index_bound=_label_bound, batch=axis_rule)
+         jvp=_cross_entropy_jvp, flops=6, index_bound=_label_bound, batch=axis_rule, fresh=True)
 
 
 # ---- bce / bce_with_logits / mse ------------------------------------------------------
@@ -213,13 +213,14 @@ register("bce", _binary_float("bce"), operands=("p", "y"), traits=("elementwise"
          batch=broadcast_rule,
          cuda=expr(lambda w, ct, dt, op, p, y: (
              f"-({y} * {math_fn('log', ct)}({p}) + ({lit(1.0, ct)} - {y}) * "
-             f"{math_fn('log1p', ct)}(-{p}))")))
+             f"{math_fn('log1p', ct)}(-{p}))")), fresh=True)
 register("bce_with_logits", _binary_float("bce_with_logits"), operands=("z", "y"),
          traits=("elementwise",), vjp=_bce_with_logits_vjp, jvp=_bce_with_logits_jvp,
          flops=6, doc="max(z, 0) - z y + log1p(exp(-|z|))", batch=broadcast_rule,
          cuda=expr(lambda w, ct, dt, op, z, y: (
              f"adc_max({z}, {lit(0.0, ct)}) - {z} * {y} + "
-             f"{math_fn('log1p', ct)}({math_fn('exp', ct)}(-{math_fn('fabs', ct)}({z})))")))
+             f"{math_fn('log1p', ct)}({math_fn('exp', ct)}(-{math_fn('fabs', ct)}({z})))")),
+         fresh=True)
 
 
 def _mse(types, attrs):
@@ -256,7 +257,7 @@ def _mse_batch(b, op, args, batched, n):
 
 
 register("mse", _mse, operands=("a", "b"), vjp=_mse_vjp, jvp=_mse_jvp, flops=3,
-         doc="mean((a - b) ** 2)", batch=_mse_batch)
+         doc="mean((a - b) ** 2)", batch=_mse_batch, fresh=True)
 
 
 # ---- layernorm ------------------------------------------------------------------------
@@ -356,7 +357,7 @@ register("layernorm", _layernorm, operands=("x", "gamma", "beta"),
              unsupported(op, "with gamma or beta that differ between examples")
              if any(batched[1:]) else
              [b.emit("layernorm", *args, axis=shift_axis(op.attrs["axis"]),
-                     eps=op.attrs["eps"])]))
+                     eps=op.attrs["eps"])]), fresh=True)
 
 
 # ---- stop_gradient / cast -------------------------------------------------------------
@@ -399,4 +400,4 @@ def _cast_cuda(w, op):
 register("cast", lambda types, attrs: types[0].with_dtype(attrs["dtype"]),
          options=(Option("dtype", "dtype"),), traits=("elementwise",), vjp=_cast_vjp,
          jvp=_cast_jvp, flops=0, cuda=_cast_cuda, batch=broadcast_rule,
-         rewrites=(Pattern(P("cast", "x"), bound("x"), "cast to the same dtype -> x"),))
+         rewrites=(Pattern(P("cast", "x"), bound("x"), "cast to the same dtype -> x"),), fresh=True)

@@ -153,21 +153,22 @@ def _float_only(rule):
 # with, then reduce like the op itself. FLOPs: one per operand element, unless said.
 register("sum", _sum_type, options=AXIS_OPTIONS, traits=("reduction", "linear"),
          vjp=_float_only(lambda b, op, ct: [expand_back(b, ct[0], op)]), flops=1,
-         cuda_reduce=Reduce("sum"), batch=reduce_rule, rewrites=_no_axes("sum"))
+         cuda_reduce=Reduce("sum"), batch=reduce_rule, rewrites=_no_axes("sum"), fresh=True)
 register("mean", _reduce("mean", "float"), options=AXIS_OPTIONS,
          traits=("reduction", "linear"), vjp=_mean_vjp, flops=1,
-         cuda_reduce=Reduce("sum", mean=True), batch=reduce_rule, rewrites=_no_axes("mean"))
+         cuda_reduce=Reduce("sum", mean=True), batch=reduce_rule, rewrites=_no_axes("mean"),
+         fresh=True)
 register("max", _reduce("max", "numeric"), options=AXIS_OPTIONS, traits=("reduction",),
          vjp=_float_only(_extremum_vjp), jvp=_weighted_jvp(_extremum_weight), flops=1,
-         cuda_reduce=Reduce("max"), batch=reduce_rule, rewrites=_no_axes("max"))
+         cuda_reduce=Reduce("max"), batch=reduce_rule, rewrites=_no_axes("max"), fresh=True)
 register("min", _reduce("min", "numeric"), options=AXIS_OPTIONS, traits=("reduction",),
          vjp=_float_only(_extremum_vjp), jvp=_weighted_jvp(_extremum_weight), flops=1,
-         cuda_reduce=Reduce("min"), batch=reduce_rule, rewrites=_no_axes("min"))
+         cuda_reduce=Reduce("min"), batch=reduce_rule, rewrites=_no_axes("min"), fresh=True)
 register("logsumexp", _reduce("logsumexp", "float"), options=AXIS_OPTIONS,
          traits=("reduction",), vjp=_logsumexp_vjp, jvp=_weighted_jvp(_softmax_weight),
-         flops=4, batch=reduce_rule)
+         flops=4, batch=reduce_rule, fresh=True)
 register("var", _reduce("var", "float"), options=AXIS_OPTIONS, traits=("reduction",),
-         vjp=_var_vjp, jvp=_weighted_jvp(_var_weight), flops=3, batch=reduce_rule)
+         vjp=_var_vjp, jvp=_weighted_jvp(_var_weight), flops=3, batch=reduce_rule, fresh=True)
 
 
 def _sum_to(types, attrs):
@@ -191,4 +192,4 @@ register("sum_to", _sum_to, options=(Option("shape", "shape"),), traits=("reduct
          flops=1, cuda_reduce=Reduce("sum", to_shape=True), batch=_sum_to_batch,
          rewrites=(Pattern(P("sum_to", "x"), bound("x"), "sum_to the same shape -> x"),
                    Pattern(P("sum_to", P("sum_to", "x")), re_emit,
-                           "sum_to(sum_to(x)) -> sum_to(x)")))
+                           "sum_to(sum_to(x)) -> sum_to(x)")), fresh=True)

@@ -35,9 +35,10 @@ instead of matching op names:
   that array, whose symbolic axes must be long enough for the slices (the executor checks
   it, and the Python emitter writes the same check).
 
-Whether an op's kernel returns a new array or may return (a view of) an operand is a fact
-of the kernel, declared with it in the runtime's kernel table (``kernel(..., fresh=...)``),
-since the runtime never imports the compiler.
+* `fresh`: whether the op's kernel always returns a new array, never an operand or a view
+  of one (NumPy and CuPy alike): True, False (the default: it may alias, which is always
+  safe), or ``fn(op) -> bool`` deciding per IR op. Buffer planning reads it through the IR
+  op (`Op.fresh`), so the runtime learns it without importing the compiler.
 
 Traits: ``literal`` (a scalar constant: its ``value`` option), ``elementwise`` (result broadcasts its operands), ``linear`` (in its float operands),
 ``no_grad`` (derivative zero or undefined: comparisons, rounding, integer ops),
@@ -94,6 +95,7 @@ class OpDef:
     splat: Callable | None = None
     reads_row: Callable | None = None
     sliced_shape: Callable | None = None
+    fresh: Any = False
 
     @property
     def signature(self) -> tuple[str, ...]:
@@ -133,7 +135,7 @@ REGISTRY: dict[str, OpDef] = {}
 def register(name: str, infer: Callable, *, operands=("x",), options=(), traits=(),
              vjp=None, jvp=None, doc: str = "", positional=None, flops=None, cuda=None,
              cuda_reduce=None, index_bound=None, batch=None, rewrites=(), splat=None,
-             reads_row=None, sliced_shape=None) -> OpDef:
+             reads_row=None, sliced_shape=None, fresh=False) -> OpDef:
     """Declare an op with every fact about it. Re-registering a name is an error: one op,
     one place."""
     if name in REGISTRY:
@@ -142,7 +144,7 @@ def register(name: str, infer: Callable, *, operands=("x",), options=(), traits=
         raise ValueError(f"a rewrite of {name!r} must match {name!r} at its root")
     d = OpDef(name, infer, tuple(operands), tuple(options), frozenset(traits), vjp, jvp, doc,
               tuple(positional) if positional else None, flops, cuda, cuda_reduce,
-              index_bound, batch, tuple(rewrites), splat, reads_row, sliced_shape)
+              index_bound, batch, tuple(rewrites), splat, reads_row, sliced_shape, fresh)
     REGISTRY[name] = d
     return d
 
@@ -170,6 +172,13 @@ def has_trait(op, trait: str) -> bool:
     """Whether the IR op `op` has `trait` (False for an op nobody registered)."""
     d = lookup(op.name)
     return d is not None and trait in d.traits
+
+
+def returns_new(op) -> bool:
+    """Whether the kernel of the IR op `op` always returns a new array (its `fresh`)."""
+    d = REGISTRY.get(op.name)
+    fresh = d.fresh if d is not None else False
+    return bool(fresh(op)) if callable(fresh) else bool(fresh)
 
 
 def get(name: str) -> OpDef:

@@ -137,7 +137,7 @@ def _concat_vjp(b, op, cts):
 
 
 register("concat", _concat, operands=("*xs",), options=(Option("axis", "int", 0),),
-         traits=LINEAR, vjp=_concat_vjp, flops=0, batch=axis_rule)
+         traits=LINEAR, vjp=_concat_vjp, flops=0, batch=axis_rule, fresh=True)
 
 
 def _split(types, attrs):
@@ -181,7 +181,7 @@ def _stack_vjp(b, op, cts):
 
 
 register("stack", _stack, operands=("*xs",), options=(Option("axis", "int", 0),),
-         traits=LINEAR, vjp=_stack_vjp, flops=0, batch=axis_rule)
+         traits=LINEAR, vjp=_stack_vjp, flops=0, batch=axis_rule, fresh=True)
 
 
 # ---- index / index_grad ---------------------------------------------------------------
@@ -304,4 +304,4 @@ def _index_grad_vjp(b, op, cts):
 register("index_grad", _index_grad, operands=("ct", "*dyn"),
          options=(Option("idx", "idx"), Option("shape", "shape")), traits=LINEAR,
          vjp=_index_grad_vjp, flops=0, batch=_index_batch,
-         sliced_shape=lambda op: op.attrs["shape"])
+         sliced_shape=lambda op: op.attrs["shape"], fresh=True)

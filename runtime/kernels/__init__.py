@@ -21,9 +21,6 @@ from __future__ import annotations
 from typing import Callable
 
 KERNELS: dict[str, Callable] = {}
-# op name -> whether its kernel always returns a new array, never an operand or a view of
-# one (NumPy and CuPy alike): True, False, or ``fn(op) -> bool`` deciding per IR op
-FRESH: dict[str, object] = {}
 # ops registered by plugins: their kernels and CUDA formulas are user code, so a fused CUDA
 # kernel that contains one and fails is the user's error, not adc's
 PLUGIN_OPS: set[str] = set()
@@ -36,16 +33,15 @@ OUT_RULES: dict[str, str] = {}
 ELEMENTWISE_OUT: set[str] = set()
 
 
-def kernel(*names: str, fresh=False):
-    """Register `fn` as the kernel of each op in `names`. `fresh`: whether it always returns
-    a new array (see `FRESH`); the default, False, lets buffer planning assume the result
-    may share memory with any operand, which is always safe."""
+def kernel(*names: str):
+    """Register `fn` as the kernel of each op in `names`. Whether it always returns a new
+    array is said by the op's definition (``fresh``), which buffer planning reads from the
+    IR op."""
     def deco(fn):
         for n in names:
             if n in KERNELS:
                 raise ValueError(f"kernel {n!r} is already registered")
             KERNELS[n] = fn
-            FRESH[n] = fresh
         return fn
     return deco
 

@@ -5,7 +5,7 @@ from . import kernel
 from ..collectives import current
 
 
-@kernel("allreduce_start", fresh=True)
+@kernel("allreduce_start")
 def allreduce_start(xp, *xs, bucket=0, lead=0):
     # a new contiguous buffer (concatenate copies even one operand)
     buf = xp.concatenate([x.reshape(x.shape[:lead] + (math.prod(x.shape[lead:]),))

@@ -2,42 +2,42 @@
 from . import DTYPES, kernel, out_kernel
 
 
-@kernel("const", fresh=True)
+@kernel("const")
 def const(xp, value, dtype):
     return xp.asarray(value, dtype=DTYPES[dtype])
 
 
-@kernel("zeros", fresh=True)
+@kernel("zeros")
 def zeros(xp, shape, dtype):
     return xp.zeros(tuple(shape), dtype=DTYPES[dtype])
 
 
-@kernel("ones", fresh=True)
+@kernel("ones")
 def ones(xp, shape, dtype):
     return xp.ones(tuple(shape), dtype=DTYPES[dtype])
 
 
-@kernel("full", fresh=True)
+@kernel("full")
 def full(xp, shape, value, dtype):
     return xp.full(tuple(shape), value, dtype=DTYPES[dtype])
 
 
-@kernel("zeros_like", fresh=True)
+@kernel("zeros_like")
 def zeros_like(xp, x):
     return xp.zeros_like(x)
 
 
-@kernel("ones_like", fresh=True)
+@kernel("ones_like")
 def ones_like(xp, x):
     return xp.ones_like(x)
 
 
-@kernel("arange", fresh=True)
+@kernel("arange")
 def arange(xp, n, dtype="i64"):
     return xp.arange(n, dtype=DTYPES[dtype])
 
 
-@kernel("dim_value", fresh=True)
+@kernel("dim_value")
 def dim_value(xp, n, dtype="f32"):
     return xp.asarray(n, dtype=DTYPES[dtype])
 

@@ -40,18 +40,17 @@ for _name, _fn in {
     "floor": lambda xp, x: xp.floor(x) if x.dtype.kind == "f" else x,
     "ceil": lambda xp, x: xp.ceil(x) if x.dtype.kind == "f" else x,
 }.items():
-    # rounding an integer tensor returns the operand itself
-    kernel(_name, fresh=_name not in ("round", "floor", "ceil"))(_fn)
+    kernel(_name)(_fn)
 
 
-@kernel("sigmoid", fresh=True)
+@kernel("sigmoid")
 def sigmoid(xp, x):
     # exp(-|x|) <= 1 never overflows: 1/(1+e) for x >= 0, e/(1+e) for x < 0
     e = xp.exp(-xp.abs(x))
     return xp.where(x >= 0, 1 / (1 + e), e / (1 + e))
 
 
-@kernel("softplus", fresh=True)
+@kernel("softplus")
 def softplus(xp, x):
     # log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)), finite for any finite x
     return xp.maximum(x, 0) + xp.log1p(xp.exp(-xp.abs(x)))
@@ -66,24 +65,24 @@ def _erf(xp, x):
     return erf(x).astype(x.dtype, copy=False)
 
 
-@kernel("erf", fresh=True)
+@kernel("erf")
 def erf(xp, x):
     return _erf(xp, x)
 
 
-@kernel("gelu", fresh=True)
+@kernel("gelu")
 def gelu(xp, x, approximate="none"):
     if approximate == "none":   # x Phi(x), PyTorch's default
         return 0.5 * x * (1 + _erf(xp, x * x.dtype.type(math.sqrt(0.5))))
     return 0.5 * x * (1 + xp.tanh(GELU_K * (x + 0.044715 * x * x * x)))
 
 
-@kernel("leaky_relu", fresh=True)
+@kernel("leaky_relu")
 def leaky_relu(xp, x, slope=0.01):
     return xp.where(x > 0, x, x * slope)
 
 
-@kernel("clip", fresh=True)
+@kernel("clip")
 def clip(xp, x, lo, hi):
     x, lo, hi = _promote(xp, x, lo, hi)
     return xp.minimum(xp.maximum(x, lo), hi)
@@ -102,7 +101,7 @@ for _name, _fn in {
     "maximum": lambda xp, a, b: xp.maximum(a, b),
     "minimum": lambda xp, a, b: xp.minimum(a, b),
 }.items():
-    kernel(_name, fresh=True)(_arith(_fn))
+    kernel(_name)(_arith(_fn))
 
 for _name, _fn in {
     "lt": lambda xp, a, b: xp.less(a, b),
@@ -112,10 +111,10 @@ for _name, _fn in {
     "eq": lambda xp, a, b: xp.equal(a, b),
     "ne": lambda xp, a, b: xp.not_equal(a, b),
 }.items():
-    kernel(_name, fresh=True)(_fn)
+    kernel(_name)(_fn)
 
 
-@kernel("where", fresh=True)
+@kernel("where")
 def where(xp, cond, a, b):
     return xp.where(cond, *_promote(xp, a, b))
 

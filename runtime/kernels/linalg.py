@@ -2,7 +2,7 @@
 from . import kernel, out_kernel
 
 
-@kernel("matmul", fresh=True)
+@kernel("matmul")
 def matmul(xp, a, b):
     return xp.matmul(a, b)
 
@@ -18,7 +18,7 @@ def transpose(xp, x, perm=None):
 
 
 # an einsum of two or more operands computes a new array; of one (``ij->ji``) it may be a view
-@kernel("einsum", fresh=lambda op: len(op.operands) > 1)
+@kernel("einsum")
 def einsum(xp, *operands, spec):
     spec = spec.replace(" ", "")  # the type rule allows spaces
     # NumPy's default path loops in C without BLAS; optimize=True contracts pairwise through

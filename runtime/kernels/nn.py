@@ -16,7 +16,7 @@ def _log_softmax(xp, x, axis):
     return s - xp.log(xp.sum(xp.exp(s), axis=axis, keepdims=True))
 
 
-@kernel("softmax", fresh=True)
+@kernel("softmax")
 def softmax(xp, x, axis=-1):
     e = xp.exp(_shifted(xp, x, axis))
     return e / xp.sum(e, axis=axis, keepdims=True)
@@ -30,12 +30,12 @@ def softmax_out(xp, x, out, axis=-1):
     return xp.divide(out, xp.sum(out, axis=axis, keepdims=True), out=out)
 
 
-@kernel("log_softmax", fresh=True)
+@kernel("log_softmax")
 def log_softmax(xp, x, axis=-1):
     return _log_softmax(xp, x, axis)
 
 
-@kernel("cross_entropy", fresh=True)
+@kernel("cross_entropy")
 def cross_entropy(xp, logits, labels, axis=-1):
     ls = _log_softmax(xp, logits, axis)
     if labels.dtype.kind == "f":
@@ -49,23 +49,23 @@ def cross_entropy(xp, logits, labels, axis=-1):
     return -xp.squeeze(picked, axis=axis)
 
 
-@kernel("bce", fresh=True)
+@kernel("bce")
 def bce(xp, p, y):
     return -(y * xp.log(p) + (1 - y) * xp.log1p(-p))
 
 
-@kernel("bce_with_logits", fresh=True)
+@kernel("bce_with_logits")
 def bce_with_logits(xp, z, y):
     return xp.maximum(z, 0) - z * y + xp.log1p(xp.exp(-xp.abs(z)))
 
 
-@kernel("mse", fresh=True)
+@kernel("mse")
 def mse(xp, a, b):
     d = a - b
     return xp.mean(d * d)
 
 
-@kernel("layernorm", fresh=True)
+@kernel("layernorm")
 def layernorm(xp, x, gamma, beta, axis=-1, eps=1e-5):
     axis = axis % x.ndim
     xc = x - xp.mean(x, axis=axis, keepdims=True)
@@ -94,12 +94,12 @@ def _placed(xp, p, x, axis):
     return p
 
 
-@kernel("take", fresh=True)
+@kernel("take")
 def take(xp, table, idx, axis=0):
     return xp.take(table, idx, axis=axis)
 
 
-@kernel("take_grad", fresh=True)
+@kernel("take_grad")
 def take_grad(xp, ct, idx, axis, shape):
     return take_grad_out(xp, ct, idx, out=xp.empty(tuple(shape), dtype=ct.dtype), axis=axis)
 
@@ -121,7 +121,7 @@ def take_grad_out(xp, ct, idx, out, axis, shape=None):
     return out
 
 
-@kernel("one_hot", fresh=True)
+@kernel("one_hot")
 def one_hot(xp, idx, n, dtype="f32"):
     return (xp.expand_dims(idx, -1) == xp.arange(n)).astype(DTYPES[dtype])
 
@@ -131,6 +131,6 @@ def stop_gradient(xp, x):
     return x
 
 
-@kernel("cast", fresh=True)
+@kernel("cast")
 def cast(xp, x, dtype):
     return x.astype(DTYPES[dtype])

@@ -17,16 +17,16 @@ def _reduction(name: str):
 
 
 for _op in ("sum", "mean", "max", "min"):
-    kernel(_op, fresh=True)(_reduction(_op))
+    kernel(_op)(_reduction(_op))
     out_kernel(_op, rule="float")(_reduction(_op))
 
 
-@kernel("var", fresh=True)
+@kernel("var")
 def var(xp, x, axis=None, keepdims=False):
     return xp.var(x, axis=_axis(x, axis), keepdims=keepdims)  # population: ddof = 0
 
 
-@kernel("logsumexp", fresh=True)
+@kernel("logsumexp")
 def logsumexp(xp, x, axis=None, keepdims=False):
     # subtract the max so exp never overflows; an all -inf (or inf) slice uses shift 0
     axis = _axis(x, axis)
@@ -36,7 +36,7 @@ def logsumexp(xp, x, axis=None, keepdims=False):
     return out if keepdims else xp.squeeze(out, axis=axis)
 
 
-@kernel("sum_to", fresh=True)
+@kernel("sum_to")
 def sum_to(xp, x, shape):
     """Sum `x` down to `shape` (the inverse of broadcasting)."""
     shape = tuple(shape)

@@ -26,7 +26,7 @@ def squeeze(xp, x, axis=None):
                       (axis if isinstance(axis, int) else tuple(axis)))
 
 
-@kernel("concat", fresh=True)
+@kernel("concat")
 def concat(xp, *xs, axis=0):
     return xp.concatenate(xs, axis=axis)
 
@@ -40,7 +40,7 @@ def split(xp, x, axis, shape):
     return tuple(xp.split(x, ends, axis=axis))
 
 
-@kernel("stack", fresh=True)
+@kernel("stack")
 def stack(xp, *xs, axis=0):
     return xp.stack(xs, axis=axis)
 
@@ -74,7 +74,7 @@ def index(xp, x, *dyn, idx):
     return x[index_key(idx, dyn)]
 
 
-@kernel("index_grad", fresh=True)
+@kernel("index_grad")
 def index_grad(xp, ct, *dyn, idx, shape):
     return index_grad_out(xp, ct, *dyn, out=xp.empty(tuple(shape), dtype=ct.dtype), idx=idx)
 
