@@ -78,7 +78,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "value_and_grad": ("adcompiler.transforms", "value_and_grad"),
     "vjp": ("adcompiler.transforms", "vjp"),
     "function": ("adcompiler.transforms", "function"),
-    "Compiled": ("adcompiler.transforms", "Compiled"),
+    "Compiled": ("adcompiler.compiled", "Compiled"),
     "jacfwd": ("adcompiler.derivatives", "jacfwd"),
     "jacrev": ("adcompiler.derivatives", "jacrev"),
     "auto_jacobian": ("adcompiler.derivatives", "auto_jacobian"),

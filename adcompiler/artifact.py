@@ -1,7 +1,7 @@
 """Compiled programs as files: the IR text of the module plus the little a call needs.
 
 A saved `Compiled` is one IR file whose first line is a comment holding JSON metadata (the
-function, its inputs and output names, what the call returns: `transforms.finish`'s spec,
+function, its inputs and output names, what the call returns: `compiled.finish`'s spec,
 the dtype, device, bound dims and vmap axes); IR comments are ignored, so ``adc run`` and
 `adc.load` read the same file as a plain program. Pickling goes through the same text:
 nothing but IR text and JSON is stored, and loading runs no code from the file.

@@ -45,13 +45,13 @@ def train_step(program: Source, optimizer: Optimizer | str, clip: float | None =
     from .passes.pipeline import parse_pipeline, run_pipeline
     from .passes.scan_inputs import ScanInputs
     from .passes.train_step import TrainStep
-    from .transforms import _primal
+    from .derive import primal
     if isinstance(optimizer, str):
         optimizer = parse_optimizer(optimizer)
     if not isinstance(optimizer, Optimizer):
         raise TypeError(f"optimizer must be an adc.optim optimizer or its text, "
                         f"got {type(optimizer).__name__}")
-    module, f = _primal(program, fn, dtype)
+    module, f = primal(program, fn, dtype)
     names = (wrt,) if isinstance(wrt, str) else tuple(wrt or ())
     bind = tuple(f"{k}={v}" for k, v in (dims or {}).items())
     step_pass = TrainStep(fn=f.name, wrt=names, clip=clip, accumulate=accumulate,

@@ -15,7 +15,9 @@ import numpy as np
 
 from .api import DEFAULT_PASSES, Source
 from .diagnostics import AdcError
-from .transforms import Wrt, _primal, _wrt_shape, hvp, jvp, require_scalar, vjp
+from .derive import primal
+from .transforms import hvp, jvp, vjp
+from .wrt import Wrt, require_scalar, wrt_shape
 
 __all__ = ["jacfwd", "jacrev", "auto_jacobian", "hessian", "check_grads"]
 
@@ -73,8 +75,8 @@ def jacfwd(program: Source, fn: str | None = None, wrt: Wrt = None, *,
            dtype: str | None = None, device: str = "cpu",
            dims: Mapping[str, int] | None = None) -> Matrix:
     """The Jacobian by forward mode: one JVP per differentiated input element."""
-    module, f = _primal(program, fn, dtype)
-    shape = _wrt_shape(f, wrt, argnums)
+    module, f = primal(program, fn, dtype)
+    shape = wrt_shape(f, wrt, argnums)
     tangent = jvp(module, f.name, shape.names, passes=passes, device=device, dims=dims)
     n = len(f.result_types)
     floats = [k for k, t in enumerate(f.result_types) if t.is_float]
@@ -103,8 +105,8 @@ def jacrev(program: Source, fn: str | None = None, wrt: Wrt = None, *,
            remat: str | None = None, dtype: str | None = None, device: str = "cpu",
            dims: Mapping[str, int] | None = None) -> Matrix:
     """The Jacobian by reverse mode: one VJP per float output element."""
-    module, f = _primal(program, fn, dtype)
-    shape = _wrt_shape(f, wrt, argnums)
+    module, f = primal(program, fn, dtype)
+    shape = wrt_shape(f, wrt, argnums)
     pull = vjp(module, f.name, shape.names, passes=passes, remat=remat, device=device,
                dims=dims)
     n = len(f.result_types)
@@ -143,8 +145,8 @@ def auto_jacobian(program: Source, fn: str | None = None, wrt: Wrt = None, *,
             raise TypeError("auto_jacobian needs mode='forward'|'reverse', or example inputs= "
                             "to choose by the sizes")
         from .transforms import function
-        module, f = _primal(program, fn)
-        shape = _wrt_shape(f, wrt, argnums)
+        module, f = primal(program, fn)
+        shape = wrt_shape(f, wrt, argnums)
         outs = function(module, f.name)(**inputs)
         outs = outs if len(f.result_types) > 1 else (outs,)
         n_in = sum(np.size(inputs[w]) for w in shape.names)
@@ -163,9 +165,9 @@ def hessian(program: Source, fn: str | None = None, wrt: Wrt = None, *,
     """The Hessian of a scalar float result: forward over reverse, one Hessian-vector
     product per differentiated input element. For one input, an array of shape
     ``x.shape + x.shape``; for several, ``H[i][j]`` of shape ``x_i.shape + x_j.shape``."""
-    module, f = _primal(program, fn, dtype)
+    module, f = primal(program, fn, dtype)
     require_scalar(f, "hessian")
-    shape = _wrt_shape(f, wrt, argnums)
+    shape = wrt_shape(f, wrt, argnums)
     h = hvp(module, f.name, shape.names, passes=passes, remat=remat, device=device, dims=dims)
 
     def assemble(named):
@@ -212,8 +214,8 @@ def check_grads(program: Source, inputs: Mapping[str, Any], order: int = 1, *,
     from .transforms import function, value_and_grad
     if order not in (1, 2):
         raise ValueError(f"order must be 1 or 2, got {order!r}")
-    module, f = _primal(program, fn, "f64")
-    names = list(_wrt_shape(f, wrt).names)
+    module, f = primal(program, fn, "f64")
+    names = list(wrt_shape(f, wrt).names)
     rng = np.random.default_rng(seed)
     x = {a.name: np.asarray(inputs[a.name], np.float64) if a.type.is_float
          else np.asarray(inputs[a.name]) for a in f.args}
