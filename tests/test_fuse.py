@@ -1,6 +1,7 @@
-"""The fusion pass: which ops it groups, and that fused programs compute bit-identical
-results on NumPy (the region runs the same kernels in the same order), verify, print and
-parse back, keep the predicted peak memory equal to the measured one, and emit Python."""
+"""The fusion pass beyond the golden cases (golden/fuse/fuse.ir: which ops it groups): fused
+programs compute bit-identical results on NumPy (the region runs the same kernels in the
+same order), verify, print and parse back, keep the predicted peak memory equal to the
+measured one, and emit Python."""
 from __future__ import annotations
 
 import json
@@ -49,45 +50,6 @@ def body_names(op):
 
 # ---- what is grouped ----------------------------------------------------------------
 
-def test_chain_becomes_one_op_with_literals_inside():
-    m = fuse("def f(x: f32[4], b: f32[4]) -> f32[4] {\n"
-             "    return tanh(x * 2.0 + b) - 1.0\n}\n")
-    ops = m["f"].body.ops
-    assert [o.name for o in ops] == ["fused", "return"]
-    g = ops[0]
-    assert g.operands == m["f"].args
-    assert body_names(g) == ["const", "const", "mul", "add", "tanh", "sub", "yield"]
-    assert [r.type for r in g.results] == [m["f"].result_types[0]]
-
-
-def test_values_used_outside_become_results():
-    m = fuse("def f(x: f32[4]) -> (f32[4], f32) {\n"
-             "    a = exp(x)\n    b = a * a\n    return b, sum(a)\n}\n")
-    (g,) = fused_ops(m["f"])
-    # a feeds sum outside the group, after its last member: both a and b are results
-    assert len(g.results) == 2
-    assert body_names(g) == ["exp", "mul", "yield"]
-
-
-def test_non_convex_groups_are_not_formed():
-    # exp -> sum -> add(exp, sum): joining add to exp's group would make a cycle
-    m = fuse("def f(x: f32[4]) -> f32[4] {\n"
-             "    e = exp(x)\n    return sin(e) + sum(e)\n}\n")
-    (g,) = fused_ops(m["f"])
-    assert body_names(g) == ["exp", "sin", "yield"]
-    assert [o.name for o in m["f"].body.ops] == ["fused", "sum", "add", "return"]
-
-
-def test_smaller_intermediate_is_fused_only_when_used_inside():
-    inside = fuse("def f(x: f32[3, 4], b: f32[4]) -> f32[3, 4] {\n"
-                  "    return x * exp(b)\n}\n")
-    (g,) = fused_ops(inside["f"])
-    assert body_names(g) == ["exp", "mul", "yield"]
-    outside = fuse("def f(x: f32[3, 4], b: f32[4]) -> (f32[3, 4], f32[4]) {\n"
-                   "    e = exp(b)\n    return x * e, e\n}\n")
-    assert fused_ops(outside["f"]) == []  # e must be written at shape [4]
-
-
 def test_adjoint_ops_are_not_hoisted_into_the_forward_sweep():
     comp = compile_program(str(SAMPLES / "mlp.tdsl"), "reverse")
     m = Fuse()(comp.module)
@@ -97,64 +59,7 @@ def test_adjoint_ops_are_not_hoisted_into_the_forward_sweep():
     assert all("relu" not in g or "gt" not in g for g in groups)
 
 
-def test_loop_bodies_are_fused():
-    m = fuse("def f(x: f32[4], W: f32[3, 4]) -> f32[4] {\n    h = x\n"
-             "    for i in range(3) {\n        h = h + tanh(h * W[i])\n    }\n"
-             "    return h\n}\n")
-    loop = next(o for o in m["f"].body.ops if o.name == "for")
-    (g,) = fused_ops(m["f"])
-    assert g.parent is loop.regions[0]
-    assert body_names(g) == ["mul", "tanh", "add", "yield"]
-
-
 # ---- reductions close groups ----------------------------------------------------------
-
-def test_reduction_closes_a_group():
-    m = fuse("def f(a: f32[3, 4], b: f32[4]) -> (f32, f32[3]) {\n"
-             "    return sum(a * b), mean(square(a - b), axis=1)\n}\n")
-    groups = fused_ops(m["f"])
-    assert [body_names(g) for g in groups] == [["mul", "sum", "yield"],
-                                                ["sub", "square", "mean", "yield"]]
-    assert [[str(r.type) for r in g.results] for g in groups] == [["f32[]"], ["f32[3]"]]
-    assert [o.name for o in m["f"].body.ops] == ["fused", "fused", "return"]
-
-
-def test_cast_and_stop_gradient_are_fused():
-    m = fuse("def f(x: f64[4], k: i32[4]) -> f32 {\n"
-             "    return max(cast(stop_gradient(x) * 2.0, f32) + cast(k, f32))\n}\n")
-    (g,) = fused_ops(m["f"])
-    assert body_names(g) == ["const", "stop_gradient", "mul", "cast", "cast", "add", "max",
-                             "yield"]
-
-
-def test_no_reduction_closes_a_group_whose_members_are_used_outside():
-    m = fuse("def f(x: f32[4]) -> (f32, f32[4]) {\n"
-             "    e = exp(x)\n    return sum(e * 2.0), e\n}\n")
-    (g,) = fused_ops(m["f"])
-    assert body_names(g) == ["const", "exp", "mul", "yield"]
-    assert [o.name for o in m["f"].body.ops] == ["fused", "sum", "return"]
-
-
-def test_reduction_of_a_smaller_member_does_not_close_the_group():
-    # exp(b) is [4] next to a [3, 4] group: summing it in a [3, 4] kernel would count it
-    # three times, so sum(e) stays outside and exp(b) stays apart; x * e closes with sum(y)
-    m = fuse("def f(x: f32[3, 4], b: f32[4]) -> f32 {\n"
-             "    e = exp(b)\n    y = x * e\n    return sum(e) + sum(y)\n}\n")
-    assert [body_names(g) for g in fused_ops(m["f"])] == [["mul", "sum", "yield"]]
-    assert [o.name for o in m["f"].body.ops] == ["exp", "sum", "fused", "add", "return"]
-
-
-def test_closed_group_takes_no_more_members():
-    m = fuse("def f(a: f32[4], b: f32[4]) -> f32 {\n"
-             "    return exp(sum(a * b)) + 1.0\n}\n")
-    groups = [body_names(g) for g in fused_ops(m["f"])]
-    assert groups == [["mul", "sum", "yield"], ["const", "exp", "add", "yield"]]
-
-
-def test_reduction_of_an_argument_or_a_scalar_is_not_fused():
-    m = fuse("def f(x: f32[4], s: f32) -> f32 {\n    return sum(x) + sum(exp(s))\n}\n")
-    assert all(n[-2] not in ("sum",) for n in (body_names(g) for g in fused_ops(m["f"])))
-
 
 def test_reduction_groups_equal_unfused_on_numpy():
     src = ("def f(x: f32[B, 3, 4], b: f32[4], k: i32[B, 4]) -> (f32[B, 1, 4], f32[3], i32[4],"

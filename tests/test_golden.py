@@ -6,9 +6,13 @@ A file holds cases separated by a line ``// -----``. Each case is
     <IR text>                   the input module; it must print back as written
     // CHECK:                   then the whole module the pipeline returns, or
     // ERROR: MESSAGE           the exact message of the `AdcError` it raises
+    // STDERR: LINE             (optional, repeated) what the pipeline writes to stderr,
+                                line by line; without it, it must write nothing
 
 Other lines starting with ``//`` are comments: say there what the case shows and why the
-expected text is right. Location annotations are kept, so provenance is checked too.
+expected text is right. Location annotations are kept, so provenance is checked too. The
+input module must be left as it was (a pass edits a copy), and the expected module must
+print back as written.
 Files outside a pass's folder (``golden/ir``, ``golden/reverse``) belong to other tests.
 """
 from __future__ import annotations
@@ -37,6 +41,7 @@ class Case:
     source: str
     expected: str | None
     error: str | None
+    stderr: str = ""
 
     @property
     def id(self) -> str:
@@ -44,9 +49,11 @@ class Case:
 
 
 def parse_case(path: Path, line: int, lines: list[str]) -> Case:
-    pipeline, error, src, out, target = None, None, [], [], None
+    pipeline, error, src, out, target, err = None, None, [], [], None, []
     for raw in lines:
-        if raw.startswith("// RUN:"):
+        if raw.startswith("// STDERR:"):
+            err.append(raw[len("// STDERR:"):].strip() + "\n")
+        elif raw.startswith("// RUN:"):
             pipeline, target = raw[len("// RUN:"):].strip(), src
         elif raw.startswith("// CHECK:"):
             target = out
@@ -63,7 +70,7 @@ def parse_case(path: Path, line: int, lines: list[str]) -> Case:
         raise ValueError(f"{path}:{line}: a case needs '// RUN:' and one of "
                          f"'// CHECK:' (with text) or '// ERROR:'")
     return Case(path, line, pipeline, "\n".join(src).strip("\n") + "\n",
-                text + "\n" if text else None, error)
+                text + "\n" if text else None, error, "".join(err))
 
 
 def collect(root: Path = GOLDEN) -> list[Case]:
@@ -89,30 +96,36 @@ CASES = collect()
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_golden(case: Case):
+def test_golden(case: Case, capsys):
     module = parse_module(case.source, str(case.path))
     assert print_module(module) == case.source, "the input does not print back as written"
+    capsys.readouterr()
     if case.error is not None:
         with pytest.raises(AdcError) as info:
             run_pipeline(module, case.pipeline, verify=True)
         assert info.value.message == case.error
-        return
-    assert print_module(run_pipeline(module, case.pipeline, verify=True)) == case.expected
+    else:
+        assert print_module(run_pipeline(module, case.pipeline, verify=True)) == case.expected
+        again = parse_module(case.expected, str(case.path))
+        assert print_module(again) == case.expected, "CHECK does not print back as written"
+    assert capsys.readouterr().err == case.stderr
+    assert print_module(module) == case.source, "the pipeline changed its input"
 
 
 def test_every_pass_folder_has_cases():
     folders = {c.path.parent.name for c in CASES}
-    assert {"canonicalize", "cse", "dce", "inline"} <= folders
+    assert {"activity", "canonicalize", "cse", "dce", "fuse", "inline", "pipeline",
+            "scan-inputs"} <= folders
 
 
 def test_the_collector_reads_both_kinds_and_rejects_a_malformed_case(tmp_path):
     (tmp_path / "p").mkdir()
     (tmp_path / "p" / "a.ir").write_text(
         "// one\n// RUN: cse\nfunc @f() -> () {\n  return()\n}\n// CHECK:\nX\n"
-        "// -----\n// RUN: dce\nY\n// ERROR: boom\n")
+        "// -----\n// RUN: dce\nY\n// ERROR: boom\n// STDERR: a b\n// STDERR: c\n")
     a, b = collect(tmp_path)
-    assert (a.pipeline, a.expected, a.error, a.line) == ("cse", "X\n", None, 1)
-    assert (b.pipeline, b.source, b.error) == ("dce", "Y\n", "boom")
+    assert (a.pipeline, a.expected, a.error, a.line, a.stderr) == ("cse", "X\n", None, 1, "")
+    assert (b.pipeline, b.source, b.error, b.stderr) == ("dce", "Y\n", "boom", "a b\nc\n")
     (tmp_path / "p" / "a.ir").write_text("// RUN: cse\nfunc\n")
     with pytest.raises(ValueError):
         collect(tmp_path)

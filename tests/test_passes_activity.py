@@ -5,9 +5,8 @@ import pytest
 
 from adcompiler.diagnostics import AdcError
 from adcompiler.ir.parser import parse_module
-from adcompiler.ir.printer import print_module
 from adcompiler.ops.registry import REGISTRY
-from adcompiler.passes import analyze_activity, run_pipeline
+from adcompiler.passes import analyze_activity
 from adcompiler.passes.activity import useful_values, varied_values
 
 
@@ -118,11 +117,3 @@ def test_explicit_results_for_a_detached_return():
 def test_unknown_wrt_is_an_error():
     with pytest.raises(AdcError, match="'v' is not an input of 'f' \\(inputs: x, w, k\\)"):
         analyze_activity(fn_of(STRAIGHT, STRAIGHT_ARGS), ["v"])
-
-
-def test_activity_pass_reports_and_leaves_the_module_alone(capsys):
-    text = f"func @f({STRAIGHT_ARGS}) -> (f32[]) {{\n{STRAIGHT}}}\n"
-    out = run_pipeline(parse_module(text), "activity{wrt=w report=true}")
-    assert print_module(out) == text
-    err = capsys.readouterr().err
-    assert err == "// activity of f wrt w: 5 active: w h f g s\n"

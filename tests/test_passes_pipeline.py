@@ -120,22 +120,6 @@ def test_pass_spec_round_trips():
         assert parse_pipeline(pass_spec(p)) == [p]
 
 
-def test_function_pass_applies_to_all_or_to_fn():
-    m = parse_module(TWO_FUNCS)
-    everywhere = run_pipeline(m, "cse")
-    assert [op.name for op in everywhere["f"].walk()] == ["exp", "add", "return"]
-    assert [op.name for op in everywhere["g"].walk()] == ["exp", "mul", "return"]
-    only_g = run_pipeline(m, "cse{fn=g}")
-    assert [op.name for op in only_g["f"].walk()] == ["exp", "exp", "add", "return"]
-    assert [op.name for op in only_g["g"].walk()] == ["exp", "mul", "return"]
-    assert print_module(m) == TWO_FUNCS  # the input is untouched
-
-
-def test_unknown_fn_option_is_an_error():
-    with pytest.raises(AdcError, match="no function 'h' \\(functions: f, g\\)"):
-        run_pipeline(parse_module(TWO_FUNCS), "cse{fn=h}")
-
-
 def test_run_pipeline_accepts_pass_instances():
     out = run_pipeline(parse_module(TWO_FUNCS), [CSE(fn="f")])
     assert [op.name for op in out["f"].walk()] == ["exp", "add", "return"]
