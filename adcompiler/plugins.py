@@ -1,11 +1,12 @@
 """Extension points: user ops and passes, and loading the modules that define them.
 
-An op needs a type rule, a VJP rule, a JVP rule and a kernel per array module; optionally a
-FLOP count, a CUDA formula (then fusion and the CUDA backend take it) and whether its
-kernel returns new arrays. `register_op` declares them in one call, in the op registry
-(which TDSL, the passes, the emitters, the memory model and the verifier consult) and in
-the runtime's kernel table (which the executor, buffer planning and emitted Python
-programs consult), so a plugin op is first-class on every path. A pass is a frozen dataclass
+An op needs a type rule, a VJP rule (reverse mode), a JVP rule (forward mode, the ``jvp``
+and ``hvp`` passes) and a kernel per array module; optionally a FLOP count, a CUDA formula
+(then fusion and the CUDA backend take it), a batching rule, canonicalization patterns and
+whether its kernel returns new arrays. `register_op` declares every fact in the op registry
+(which TDSL, the passes, the emitters, the memory model, buffer planning and the verifier
+consult) and the kernel in the runtime's kernel table (which the executor and emitted
+Python programs call), so a plugin op is first-class on every path. A pass is a frozen dataclass
 registered with `adcompiler.register_pass`. Both take effect when the defining module is
 imported, so ``adc ... --plugin mypkg.ops`` only has to import it first: `load_plugins`.
 """
