@@ -51,3 +51,19 @@ def test_structural_ops_are_registered_with_traits():
                         ("return", "terminator"), ("fused", "group")):
         assert registry.lookup(name).has(trait)
         assert name not in registry.REGISTRY  # not callable from TDSL, no kernel
+
+
+def test_structural_op_names_are_spelled_only_in_their_definitions():
+    """``for``, ``call``, ``yield``, ``return`` and ``fused`` are written as strings only in
+    `adcompiler.ops.control` (the constants there); the frontend's keyword list is the
+    language's, not the ops'."""
+    names = set(registry.STRUCTURAL)
+    found = []
+    for path in sorted(PKG.rglob("*.py")):
+        rel = str(path.relative_to(PKG))
+        if rel == "ops/control.py" or rel.startswith("frontend/"):
+            continue
+        for tok in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
+            if tok.type == tokenize.STRING and tok.string.strip("'\"") in names:
+                found.append((rel, tok.start[0], tok.string))
+    assert found == []

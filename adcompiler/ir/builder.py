@@ -14,6 +14,7 @@ from contextlib import contextmanager
 
 from ..diagnostics import Loc, ShapeError
 from ..ops import registry
+from ..ops.control import CALL, FOR, RETURN, YIELD
 from .core import Block, Function, Op, Value
 from .types import TensorType
 
@@ -78,14 +79,14 @@ class Builder:
 
     # -- structural ops ----------------------------------------------------------------
     def call(self, fn: Function, args: list[Value]) -> list[Value]:
-        op = Op("call", args, fn.result_types, {"callee": fn.name}, loc=self.loc)
+        op = Op(CALL, args, fn.result_types, {"callee": fn.name}, loc=self.loc)
         return self.insert(op).results
 
     def ret(self, values: list[Value]) -> Op:
-        return self.insert(Op("return", values, [], loc=self.loc))
+        return self.insert(Op(RETURN, values, [], loc=self.loc))
 
     def yield_(self, values: list[Value]) -> Op:
-        return self.insert(Op("yield", values, [], loc=self.loc))
+        return self.insert(Op(YIELD, values, [], loc=self.loc))
 
     def for_(self, n, body: Block, carry_init: list[Value], xs: list[Value] = (),
              result_types: list[TensorType] | None = None, reverse: bool = False,
@@ -99,7 +100,7 @@ class Builder:
             ys = body.terminator.operands[len(carry_init):]
             result_types = [v.type for v in carry_init] + [
                 TensorType(y.type.dtype, (n,) + y.type.shape) for y in ys]
-        op = Op("for", list(carry_init) + list(xs), result_types,
+        op = Op(FOR, list(carry_init) + list(xs), result_types,
                 {"n": n, "n_carry": len(carry_init), "reverse": reverse},
                 regions=[body], loc=self.loc, result_names=result_names)
         return self.insert(op)
