@@ -145,7 +145,8 @@ def alias_sources(op, in_place: Callable) -> dict:
     A loop's carried result may share the memory of its initial value, of a scanned input
     (a slice is a view) or of a captured value, through any chain of views in the body and
     across iterations; its stacked outputs are new. A fused group's result may be one of
-    its operands through views. Any other op whose definition does not declare it fresh may return any operand."""
+    its operands through views. Any other op whose definition does not declare it fresh may
+    return any operand."""
     written = set(in_place(op))
     if returns_new(op):
         return {r: set() for r in op.results}

@@ -93,7 +93,8 @@ BUCKET = Option("bucket", "int", 0)
 
 # allreduce_start(*xs; bucket, lead): pack `xs` into one buffer, start its all-reduce
 register("allreduce_start", _start, operands=("*xs",), options=(BUCKET, Option("lead", "int", 0)),
-         traits=COLLECTIVE, vjp=_start_vjp, jvp=_start_jvp, flops=0, batch=_start_batch, fresh=True)
+         traits=COLLECTIVE, vjp=_start_vjp, jvp=_start_jvp, flops=0, batch=_start_batch,
+         fresh=True)
 # allreduce_wait(buffer; bucket): the mean over processes of a started buffer
 register("allreduce_wait", _wait, options=(BUCKET,), traits=COLLECTIVE,
          vjp=_reduce_again, jvp=_reduce_again, flops=1,

@@ -400,4 +400,5 @@ def _cast_cuda(w, op):
 register("cast", lambda types, attrs: types[0].with_dtype(attrs["dtype"]),
          options=(Option("dtype", "dtype"),), traits=("elementwise",), vjp=_cast_vjp,
          jvp=_cast_jvp, flops=0, cuda=_cast_cuda, batch=broadcast_rule,
-         rewrites=(Pattern(P("cast", "x"), bound("x"), "cast to the same dtype -> x"),), fresh=True)
+         rewrites=(Pattern(P("cast", "x"), bound("x"), "cast to the same dtype -> x"),),
+         fresh=True)

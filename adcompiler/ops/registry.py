@@ -40,8 +40,9 @@ instead of matching op names:
   safe), or ``fn(op) -> bool`` deciding per IR op. Buffer planning reads it through the IR
   op (`Op.fresh`), so the runtime learns it without importing the compiler.
 
-Traits: ``literal`` (a scalar constant: its ``value`` option), ``elementwise`` (result broadcasts its operands), ``linear`` (in its float operands),
-``no_grad`` (derivative zero or undefined: comparisons, rounding, integer ops),
+Traits: ``literal`` (a scalar constant: its ``value`` option), ``elementwise`` (result
+broadcasts its operands), ``linear`` (in its float operands), ``no_grad`` (derivative zero
+or undefined: comparisons, rounding, integer ops),
 ``commutative``, ``reduction``, ``constructor`` (no tensor operands), ``impure`` (never
 removed or merged; no op is impure today).
 
