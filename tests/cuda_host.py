@@ -7,18 +7,21 @@ _raw_x0[_ind.get()];``, outputs as references), and for a reduction defines ``RE
 ``POST_MAP`` from the reduce and post-map expressions, maps every input element with the map
 expression into ``_type_reduce`` and reduces them in a fixed order: per output element, 512
 threads (``_block_stride`` of them per output block) each fold a strided slice, then a tree
-over shared memory halves the partial results. This module writes that same structure as a
-host loop (`ELEMENTWISE`, `REDUCTION`) with a prelude giving CuPy's type names, a
+over shared memory halves the partial results; a one-input reduction over the axes last in
+memory takes CuPy's default CUB path instead (`CUB`: tiles of four elements per thread, a
+shuffle tree per warp, two passes for a whole array). This module writes those structures
+as host loops (`ELEMENTWISE`, `REDUCTION`, `CUB`) with a prelude giving CuPy's type names, a
 ``float16`` with CuPy's conversions (round to nearest even from float, double and integers;
 to float exactly) and the CUDA intrinsics the emitter uses, and runs it with CuPy's launch
 rules: operands broadcast to the output shape (stride 0), axes permuted reduced-first,
 ``_block_stride`` chosen as CuPy's ``_get_block_specs`` does.
 
-What differs from a GPU on purpose: g++ does not contract ``a * b + c`` into an FMA (NVRTC
-does by default) and glibc's math functions are not CUDA's (both within a few ulps), and
-CuPy's CUB path (one input, trailing contiguous axes) sums in another order. Arithmetic,
-comparisons, casts, float16 rounding, max and min therefore match a GPU bit for bit; sums
-and transcendental functions to rounding.
+What differs from a GPU: g++ does not contract ``a * b + c`` into an FMA (NVRTC does by
+default) and glibc's math functions are not CUDA's (both within a few ulps), and a float
+converted to an integer out of range is undefined in C (x86 and CUDA differ). Arithmetic,
+comparisons, in-range casts, float16 rounding, max and min therefore match a GPU bit for
+bit; sums (accumulated in CuPy's order, but fed by possibly contracted maps) and
+transcendental functions to rounding.
 
 Kernels are compiled in batches (`HostKernels.build`), one shared library per batch, cached
 by source hash in a directory that outlives the test session."""
@@ -185,8 +188,72 @@ extern "C" void adc_host_{key}(char **data, const long long *strides, int ndim,
         }}
     }}
 }}
-#undef REDUCE
+{cub}#undef REDUCE
 #undef POST_MAP
+}}
+"""
+
+CUB = """// CuPy's CUB path (one input, contiguous, the reduced axes last in memory): per segment,
+// tiles of BLOCK * 4 elements, 4 per thread folded in order, a shuffle-down tree per warp of
+// 32, warps folded in order, tiles folded into the aggregate; a whole-array reduction runs
+// twice (blocks of one tile each, then one block over their results).
+static _type_reduce cub_tile(_type_reduce *v, int block) {{
+    for (int t = 0; t < block; ++t) {{
+        _type_reduce a = v[4 * t];
+        for (int j = 1; j < 4; ++j) {{ _type_reduce b = v[4 * t + j]; a = REDUCE(a, b); }}
+        v[t] = a;
+    }}
+    for (int w = 0; w < block; w += 32)
+        for (int off = 1; off < 32; off <<= 1)
+            for (int l = w; l + off < w + 32; ++l) {{
+                _type_reduce a = v[l], b = v[l + off]; v[l] = REDUCE(a, b);
+            }}
+    _type_reduce a = v[0];
+    for (int w = 32; w < block; w += 32) {{ _type_reduce b = v[w]; a = REDUCE(a, b); }}
+    return a;
+}}
+template <typename T, typename Map>
+static _type_reduce cub_segment(const T *in, long long n, int block, Map map) {{
+    static _type_reduce v[{block} * 4];
+    _type_reduce aggregate = _type_reduce({identity});
+    for (long long i = 0; i < n; i += block * 4) {{
+        long long tile = n - i < block * 4 ? n - i : block * 4;
+        for (long long e = 0; e < block * 4; ++e)
+            v[e] = e < tile ? static_cast<_type_reduce>(map(in[i + e])) : _type_reduce({identity});
+        _type_reduce b = cub_tile(v, block);
+        aggregate = REDUCE(aggregate, b);
+    }}
+    return aggregate;
+}}
+struct Count {{ long long n; long long size() const {{ return n; }} }};
+extern "C" void adc_host_cub_{key}(char **data, const long long *out_offsets,
+                                    long long segment, long long segments, int block,
+                                    int two_pass) {{
+    typedef {in_type} T;
+    const T *base = reinterpret_cast<const T *>(data[0]);
+    auto map = [](const T {in_name}) {{ return {map_expr}; }};
+    if (!two_pass) {{
+        for (long long s = 0; s < segments; ++s) {{
+            _type_reduce _s = cub_segment(base + s * segment, segment, block, map);
+            Count _in_ind{{segment}}, _out_ind{{1}};  // CuPy's _segment_size and 1.0
+            {out_type} &{out_name} = *reinterpret_cast<{out_type} *>(data[1] + out_offsets[s]);
+            POST_MAP(_s);
+        }}
+        return;
+    }}
+    long long share = segment < block * 4 ? segment : block * 4;
+    long long parts = (segment + share - 1) / share;
+    _type_reduce *partial = new _type_reduce[parts];
+    for (long long b = 0; b < parts; ++b) {{
+        long long n = segment - b * share < share ? segment - b * share : share;
+        partial[b] = cub_segment(base + b * share, n, block, map);
+    }}
+    auto same = [](const _type_reduce a) {{ return a; }};
+    _type_reduce _s = cub_segment(partial, parts, block, same);
+    delete[] partial;
+    Count _in_ind{{segment}}, _out_ind{{1}};  // CuPy's _array_size and 1.0
+    {out_type} &{out_name} = *reinterpret_cast<{out_type} *>(data[1] + out_offsets[0]);
+    POST_MAP(_s);
 }}
 """
 
@@ -228,12 +295,16 @@ class HostKernel:
                 f"{{data[{len(ins)}], strides + {len(ins)} * ndim, out_ndim}};")
             bind = "\n".join(f"                    const {C_TYPE[d.name]} {n} = "
                              f"_raw_{n}[_in_ind.get()];" for d, n in ins)
+            cub = "" if len(ins) != 1 else CUB.format(
+                key=self.key, block=BLOCK, identity=fields["identity"],
+                map_expr=fields["map_expr"], out_type=C_TYPE[out_dtype.name],
+                out_name=out_name, in_type=C_TYPE[ins[0][0].name], in_name=ins[0][1])
             self.source = REDUCTION.format(
-                key=self.key, preamble=fields["preamble"], reduce_expr=fields["reduce_expr"],
+                cub=cub, key=self.key, preamble=fields["preamble"], reduce_expr=fields["reduce_expr"],
                 post_map_expr=fields["post_map_expr"], reduce_type=fields["reduce_type"],
                 identity=fields["identity"], map_expr=fields["map_expr"], arrays=arrays,
                 bind=bind, block=BLOCK, out_type=C_TYPE[out_dtype.name], out_name=out_name)
-        self.fn = None
+        self.fn = self.cub = None
 
 
 class HostKernels:
@@ -282,6 +353,9 @@ class HostKernels:
         for k in todo:
             k.fn = getattr(handle, f"adc_host_{k.key}")
             k.fn.restype = None
+            if k.kind == "reduction" and len(k.ins) == 1:
+                k.cub = getattr(handle, f"adc_host_cub_{k.key}")
+                k.cub.restype = None
 
 
 # ---- CuPy's launch rules on NumPy arrays ---------------------------------------------
@@ -309,8 +383,30 @@ def _block_stride(ins, out_shape, in_size: int, out_size: int) -> int:
         contiguous = max(contiguous, size)
     reduce_block = max(1, in_size // max(1, out_size))
     stride = max(min(contiguous, 32), BLOCK // reduce_block)
-    stride = stride // 2 + 1
-    return 1 << (stride.bit_length() - 1)  # the largest power of two <= stride
+    return 1 << (stride.bit_length() - 1)  # clp2(stride // 2 + 1): a power of two <= stride
+
+
+def cub_layout(a: np.ndarray, reduce_axis: tuple):
+    """Where CuPy's ``_can_use_cub_block_reduction`` takes the CUB path for the one input
+    `a`: (order of the segments, elements per segment), else None."""
+    ndim = a.ndim
+    out_axis = tuple(d for d in range(ndim) if d not in reduce_axis)
+    size = int(np.prod([a.shape[d] for d in reduce_axis]))
+    if size == 0:
+        return None
+    if a.flags.f_contiguous:  # CuPy asks F first: the reduced axes must lead
+        order, perm = "F", tuple(reduce_axis) + out_axis
+    elif a.flags.c_contiguous:
+        order, perm = "C", out_axis + tuple(reduce_axis)
+    else:
+        return None
+    return (order, size) if perm == tuple(range(ndim)) else None
+
+
+def cub_block(size: int) -> int:
+    """CuPy's ``_get_cub_block_specs``: threads per block for segments of `size`."""
+    threads = 1 << max(0, ((size + 3) // 4 - 1).bit_length())  # clp2
+    return min(max(threads, 32), BLOCK)
 
 
 def host_kernel(kernels: HostKernels, kern, build: bool = True) -> HostKernel:
@@ -336,10 +432,11 @@ def host_kernel(kernels: HostKernels, kern, build: bool = True) -> HostKernel:
     return host
 
 
-def host_cupy(kernels: HostKernels, launches: list | None = None):
+def host_cupy(kernels: HostKernels, launches: list | None = None, cub_paths: bool = True):
     """The CuPy stand-in (tests/cupy_standin.py: CuPy's kernel signatures and argument
     checks) whose kernels run the host build of their exact source; `launches` collects
-    (kernel name, kind) per launch."""
+    (kernel name, kind) per launch. One-input reductions take CuPy's CUB path where CuPy
+    would (its default accelerator), unless `cub_paths` is false."""
     from cupy_standin import fake_cupy
     launches = [] if launches is None else launches
 
@@ -356,6 +453,22 @@ def host_cupy(kernels: HostKernels, launches: list | None = None):
         ins = [np.asarray(a) for a in ins]
         shape = np.broadcast_shapes(*(a.shape for a in ins))
         out_axis = tuple(d for d in range(len(shape)) if d not in reduce_axis)
+        cub = cub_layout(ins[0], tuple(reduce_axis)) if len(ins) == 1 and cub_paths else None
+        if cub is not None:
+            order, size = cub
+            kept = tuple(shape[d] for d in out_axis)
+            segments = int(np.prod(kept))
+            out_view = out.reshape(kept)
+            assert np.shares_memory(out_view, out) or out.size == 1
+            offsets = [0]  # segment k's output: the k-th element in the segments' order
+            if kept:
+                index = np.unravel_index(np.arange(segments), kept, order=order)
+                offsets = sum(i * st for i, st in zip(index, out_view.strides))
+            launches.append((kern.name, "reduction, CUB"))
+            host.cub(_pointers([ins[0], out_view]), _ll(np.atleast_1d(offsets)),
+                     ctypes.c_longlong(size), ctypes.c_longlong(segments),
+                     ctypes.c_int(cub_block(size)), ctypes.c_int(not out_axis))
+            return
         views = [np.broadcast_to(a, shape) for a in ins]
         if len(ins) == 1 and len(out_axis) <= 1 and not ins[0].flags.c_contiguous:
             strides = views[0].strides  # CuPy's _sort_axis

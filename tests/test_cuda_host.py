@@ -26,6 +26,7 @@ from adcompiler.ops import registry
 from adcompiler.passes.fuse import Fuse
 from adc_runtime import cuda as backend
 from adc_runtime.executor import run_function
+from adc_runtime.kernels import PLUGIN_OPS
 from cuda_host import GXX, HostKernels, host_cupy, host_kernel
 import test_ops_shape
 from test_ops_shape import _type
@@ -162,10 +163,12 @@ def _values(dtype: str, table, finite: bool = False) -> np.ndarray:
 
 
 def elementwise_ops() -> list[tuple[str, dict]]:
-    """(op, attrs) of every elementwise registry op with a CUDA formula."""
+    """(op, attrs) of every elementwise registry op with a CUDA formula (plugins' ops that
+    another test registered for a while excepted)."""
     out = []
     for name, opdef in sorted(registry.REGISTRY.items()):
-        if opdef.cuda is None or "elementwise" not in opdef.traits or not opdef.operands:
+        if opdef.cuda is None or "elementwise" not in opdef.traits or not opdef.operands \
+                or name in PLUGIN_OPS:
             continue
         if name == "cast":
             out += [(name, {"dtype": d}) for d in DTYPES]
@@ -304,7 +307,10 @@ def test_every_registry_op_program_on_host(host):
         try:
             for g, w in zip(got, want):
                 assert g.dtype == w.dtype and g.shape == w.shape
-                np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-11)
+                # f64 programs; the f32 ones (extra, collective) sum in CuPy's order
+                tight = g.dtype == np.float64
+                np.testing.assert_allclose(g, w, rtol=1e-9 if tight else 1e-5,
+                                           atol=1e-11 if tight else 1e-6)
         except AssertionError as e:
             failures.append(f"{label}: {str(e).strip().splitlines()[-3:]}")
     assert not failures, "\n".join(failures)
@@ -385,14 +391,14 @@ def reduction_cases():
     return cases
 
 
-def check_reduction(host, label, op, module, specs, args) -> None:
+def check_reduction(host, label, op, module, specs, args, launches=None) -> None:
     """max, min and integer sums bitwise; float sums and means within their accumulation
     error of the exact result (float for float16 and float32, double for float64), plus
     one rounding to the result's dtype."""
     inputs = {f"a{k}": a for k, a in enumerate(args)}
     # a 0-d operand has nothing to reduce: its group stays elementwise
     assert [s.kind for s in specs.values()] == [REDUCTION] or not args[0].ndim, label
-    (got,) = on_host(host, module, specs, "f", inputs)
+    (got,) = on_host(host, module, specs, "f", inputs, launches)
     (want,) = numpy_run(module, "f", inputs)
     assert got.dtype == want.dtype and got.shape == want.shape, label
     if op in ("max", "min") or want.dtype.kind != "f":
@@ -433,13 +439,15 @@ def test_reductions_in_every_axis_form_dtype_and_layout(host):
         module = reduction_module(op, args, attrs, perm)
         programs.append((label, op, module, kernel_specs(module), args))
     libraries = prebuild(host, [s for *_, specs, _ in programs for s in specs.values()])
-    failures = []
+    failures, launches = [], []
     for label, op, module, specs, args in programs:
         try:
-            check_reduction(host, label, op, module, specs, args)
+            check_reduction(host, label, op, module, specs, args, launches)
         except AssertionError as e:
             failures.append(f"{label}: {str(e).strip().splitlines()[-3:]}")
     assert len(host.libraries) == libraries  # every launch found its kernel built
+    # both of CuPy's paths: CUB for one contiguous input reduced over its last axes
+    assert {"reduction", "reduction, CUB"} <= {kind for _, kind in launches}
     assert not failures, "\n".join(failures)
 
 
