@@ -10,6 +10,15 @@ recording loop) followed by its reverse loop. Every piece is an ordinary ``for``
 the scanned inputs with it, so each iteration runs the same ops on the same values as before
 and the gradient is bit-identical. Recomputed ops carry ``recompute = true`` and the
 location of their primal op.
+
+Runs of equal segments (`MIN_RUN` or more consecutive checkpoints ``ell`` steps apart whose
+segments are taped whole, as in √n plans and in binomial plans with a slot per block) are
+emitted as two nested loops instead of one loop per segment: forward, a loop over the
+segments around a loop over their steps, stacking each segment's first state (the
+checkpoints, ``[g, *state]``); in reverse, a reverse loop over the segments that scans those
+checkpoints and, per segment, records its ``ell`` steps and runs their reverse loop. The
+index of a step is ``j + (seg * ell + a0)``, so the scheduled program has the same size for
+any number of segments, and every step still runs the same ops on the same values.
 """
 from __future__ import annotations
 
@@ -78,7 +87,41 @@ def _mark(op: Op) -> None:
             o.attrs["recompute"] = True
 
 
-def _step_block(body: Block, a: int, nc: int, xs_full: list[Value], keep_x: list[int],
+MIN_RUN = 3     # equal segments emitted as one nested loop from this many on
+
+Start = int | Value    # the first iteration of a piece: a constant, or an i64[] of the enclosing loop
+
+
+def _spine(plan: Plan) -> tuple[list[tuple[int, int, Plan]], Leaf]:
+    """`plan`'s splits along its right spine, as (a, m, left), and the leaf it ends in."""
+    items = []
+    while isinstance(plan, Split):
+        items.append((plan.a, plan.m, plan.left))
+        plan = plan.right
+    return items, plan
+
+
+def _runs(items: list[tuple[int, int, Plan]]) -> list[tuple]:
+    """Spine items grouped: ``("run", a0, ell, g)`` for `MIN_RUN` or more consecutive
+    checkpoints `ell` steps apart whose left parts are single leaves; ``("one", a, m, left)``
+    for the others."""
+    out, k = [], 0
+    while k < len(items):
+        a, m, left = items[k]
+        j = k
+        while isinstance(left, Leaf) and j + 1 < len(items) and \
+                isinstance(items[j + 1][2], Leaf) and items[j + 1][1] - items[j + 1][0] == m - a:
+            j += 1
+        if isinstance(left, Leaf) and j - k + 1 >= MIN_RUN:
+            out.append(("run", a, m - a, j - k + 1))
+            k = j + 1
+        else:
+            out.append(("one", a, m, left))
+            k += 1
+    return out
+
+
+def _step_block(body: Block, a: Start, nc: int, xs_full: list[Value], keep_x: list[int],
                 scanned: list[int], b: Builder) -> tuple[Block, dict]:
     """A copy of loop body `body` for iterations ``[a, ...)``: index ``j + a``; scanned input
     ``k`` (not in `scanned`) read as ``xs_full[k][j + a]``. Returns the block (without its
@@ -90,8 +133,9 @@ def _step_block(body: Block, a: int, nc: int, xs_full: list[Value], keep_x: list
     for k in scanned:
         vmap[x_args[k]] = block.add_arg(x_args[k].type, x_args[k].name)
     with b.inside(block):
-        if a:
-            vmap[body.args[0]] = b.emit("add", block.args[0], b.const(a, "i64"))
+        if isinstance(a, Value) or a:
+            start = a if isinstance(a, Value) else b.const(a, "i64")
+            vmap[body.args[0]] = b.emit("add", block.args[0], start)
         g = vmap[body.args[0]]
         for k in keep_x:
             if k not in scanned:
@@ -114,11 +158,12 @@ class LoopRewriter:
         self.fwd_xs = fwd.operands[self.nc:]
         used = {v for o in self.body.walk() for v in o.operands}
         self.fwd_keep = [k for k, x in enumerate(self.body.args[1 + self.nc:]) if x in used]
+        self.times = 1      # how often the pieces being emitted run (inside a segment loop)
 
     # -- forward pieces ---------------------------------------------------------------
-    def run_steps(self, b: Builder, a: int, stop: int, state: list[Value], primal: bool,
+    def run_steps(self, b: Builder, a: Start, count: int, state: list[Value], primal: bool,
                   record: bool) -> tuple[list[Value], list[Value], list[Value]]:
-        """Iterations ``[a, stop)`` from `state`: (carries, primal ys, residual stacks)."""
+        """`count` iterations from ``a``, from `state`: (carries, primal ys, residual stacks)."""
         block, vmap = _step_block(self.body, a, self.nc, self.fwd_xs, self.fwd_keep, [], b)
         nc, p = self.nc, self.pair
         out = [vmap.get(v, v) for v in self.yields[:nc]]
@@ -126,16 +171,49 @@ class LoopRewriter:
         rs = [vmap.get(self.yields[k], self.yields[k]) for k in p.residual] if record else []
         with b.inside(block):
             b.yield_(out + ys + rs)
-        loop = b.for_(stop - a, block, state)
+        loop = b.for_(count, block, state)
         if not primal:
             _mark(loop)
+            self.info.recomputed_steps += count * self.times
         res = loop.results
-        if not primal:
-            self.info.recomputed_steps += stop - a
         return res[:nc], res[nc:nc + len(ys)], res[nc + len(ys):]
 
+    def _segment_loop(self, b: Builder, g: int, ell: int, a0: int, carries: list[Value],
+                      slices: list[Value], emit, reverse: bool = False) -> list[Value]:
+        """A loop over `g` segments of `ell` steps from ``a0``: its body gets the segment's
+        first step ``seg * ell + a0``, the carries and the slices, and yields what `emit`
+        returns; per-step stacks ``[g, ell, ...]`` are not reshaped here."""
+        block = Block([I64] + [v.type for v in carries]
+                      + [TensorType(v.type.dtype, v.type.shape[1:]) for v in slices],
+                      ["seg"] + [v.name for v in carries] + [v.name for v in slices])
+        with b.inside(block):
+            first = b.emit("add", b.emit("mul", block.args[0], b.const(ell, "i64")),
+                           b.const(a0, "i64"))
+            saved, self.times = self.times, self.times * g
+            out = emit(first, block.args[1:1 + len(carries)], block.args[1 + len(carries):])
+            self.times = saved
+            b.yield_(out)
+        return b.for_(g, block, carries, slices, reverse=reverse).results
+
+    @staticmethod
+    def _flat(b: Builder, stacks: list[Value]) -> list[Value]:
+        """Per-step stacks of a segment loop, ``[g, ell, ...]`` -> ``[g * ell, ...]``."""
+        return [b.emit("reshape", y, shape=(y.type.shape[0] * y.type.shape[1],)
+                       + tuple(y.type.shape[2:])) for y in stacks]
+
+    def run_segments(self, b: Builder, a0: int, ell: int, g: int, state: list[Value],
+                     primal: bool) -> tuple[list[Value], list[Value], list[Value]]:
+        """`g` segments of `ell` steps from ``a0``, from `state`: (carries, checkpoint stacks
+        ``[g, *state]`` (each segment's first state), primal ys)."""
+        def step(first, carries, _):
+            out, ys, _ = self.run_steps(b, first, ell, list(carries), primal, False)
+            return out + list(carries) + ys
+        res = self._segment_loop(b, g, ell, a0, state, [], step)
+        nc = self.nc
+        return res[:nc], res[nc:2 * nc], self._flat(b, res[2 * nc:])
+
     # -- reverse pieces ---------------------------------------------------------------
-    def reverse_leaf(self, b: Builder, a: int, stop: int, cts: list[Value],
+    def reverse_leaf(self, b: Builder, a: Start, count: int, cts: list[Value],
                      stacks: list[Value]) -> tuple[list[Value], list[Value]]:
         rev = self.pair.rev
         ncr = rev.attrs["n_carry"]
@@ -147,39 +225,71 @@ class LoopRewriter:
         block, vmap = _step_block(rbody, a, ncr, list(rxs), keep, scanned, b)
         with b.inside(block):
             b.yield_([vmap.get(v, v) for v in rbody.ops[-1].operands])
-        loop = b.for_(stop - a, block, cts, [stack_of[rxs[k]] for k in scanned], reverse=True)
+        loop = b.for_(count, block, cts, [stack_of[rxs[k]] for k in scanned], reverse=True)
         return loop.results[:ncr], loop.results[ncr:]
 
-    def reverse_plan(self, b: Builder, plan: Plan, state: list[Value], cts: list[Value],
-                     pieces: dict[int, list[Value]]) -> list[Value]:
-        """Reverse `plan` (recomputing) from checkpoint `state`; returns the cotangents.
-        Right parts first, then left parts from the same state (an explicit stack)."""
-        todo = [(plan, state)]
+    def tape_and_reverse(self, b: Builder, a: Start, count: int, state: list[Value],
+                         cts: list[Value]) -> tuple[list[Value], list[Value]]:
+        """Record `count` steps from ``a`` (recomputing) and run their reverse loop."""
+        _, _, stacks = self.run_steps(b, a, count, state, False, True)
+        self.info.residual_stacks += stacks
+        return self.reverse_leaf(b, a, count, cts, stacks)
+
+    def reverse_segments(self, b: Builder, a0: int, ell: int, g: int, cts: list[Value],
+                         checkpoints: list[Value]) -> tuple[list[Value], list[Value]]:
+        """Reverse `g` segments of `ell` steps from ``a0``, each from its checkpoint."""
+        ncr = len(cts)
+
+        def step(first, carries, states):
+            cts_in, pieces = self.tape_and_reverse(b, first, ell, list(states), list(carries))
+            return cts_in + pieces
+        res = self._segment_loop(b, g, ell, a0, cts, checkpoints, step, reverse=True)
+        return res[:ncr], self._flat(b, res[ncr:])
+
+    # -- sweeps -----------------------------------------------------------------------
+    def advance(self, b: Builder, plan: Plan, state: list[Value], primal: bool):
+        """Along `plan`'s right spine from `state`, keeping the checkpoints: (the state at
+        its last leaf, the left parts to reverse afterwards (last first), primal ys)."""
+        items, leaf = _spine(plan)
+        later, ys_pieces = [], []
+        for grp in _runs(items):
+            if grp[0] == "one":
+                _, a, m, left = grp
+                mid, ys, _ = self.run_steps(b, a, m - a, state, primal, False)
+                self.info.checkpoints += mid
+                later.append(("plan", left, state))
+            else:
+                _, a0, ell, g = grp
+                mid, ckpts, ys = self.run_segments(b, a0, ell, g, state, primal)
+                self.info.checkpoints += ckpts
+                later.append(("run", a0, ell, g, ckpts))
+            ys_pieces.append(ys)
+            state = mid
+        return leaf, state, later, ys_pieces
+
+    def reverse_later(self, b: Builder, later: list[tuple], cts: list[Value],
+                      pieces: dict[int, list[Value]]) -> list[Value]:
+        """Reverse the left parts `later` (last first), recomputing from their checkpoints;
+        returns the cotangents. Right parts before left parts (an explicit stack)."""
+        todo = list(later)
         while todo:
-            p, st = todo.pop()
-            if isinstance(p, Leaf):
-                _, _, stacks = self.run_steps(b, p.a, p.b, st, False, True)
-                self.info.residual_stacks += stacks
-                cts, pieces[p.a] = self.reverse_leaf(b, p.a, p.b, cts, stacks)
+            item = todo.pop()
+            if item[0] == "run":
+                _, a0, ell, g, ckpts = item
+                cts, pieces[a0] = self.reverse_segments(b, a0, ell, g, cts, ckpts)
                 continue
-            mid, _, _ = self.run_steps(b, p.a, p.m, st, False, False)
-            self.info.checkpoints += mid
-            todo += [(p.left, st), (p.right, mid)]
+            leaf, state, more, _ = self.advance(b, item[1], item[2], False)
+            cts, pieces[leaf.a] = self.tape_and_reverse(b, leaf.a, leaf.b - leaf.a, state, cts)
+            todo += more
         return cts
 
     # -- the whole rewrite ------------------------------------------------------------
     def rewrite(self) -> Rewrite:
         fwd, rev, body = self.pair.fwd, self.pair.rev, self.fn.body
         b = Builder(body, fwd.loc, body.ops.index(fwd))
-        state = list(fwd.operands[:self.nc])
-        pending, ys_pieces, plan = [], [], self.plan
-        while isinstance(plan, Split):
-            mid, ys, _ = self.run_steps(b, plan.a, plan.m, state, True, False)
-            self.info.checkpoints += mid
-            pending.append((plan.left, state))
-            ys_pieces.append(ys)
-            state, plan = mid, plan.right
-        final, ys, stacks = self.run_steps(b, plan.a, plan.b, state, True, True)
+        leaf, state, later, ys_pieces = self.advance(b, self.plan, list(fwd.operands[:self.nc]),
+                                                     True)
+        final, ys, stacks = self.run_steps(b, leaf.a, leaf.b - leaf.a, state, True, True)
         self.info.residual_stacks += stacks
         ys_pieces.append(ys)
         mapping = dict(zip(fwd.results[:self.nc], final))
@@ -192,10 +302,9 @@ class LoopRewriter:
         b = Builder(body, rev.loc, body.ops.index(rev))
         ncr = rev.attrs["n_carry"]
         pieces: dict[int, list[Value]] = {}
-        cts, pieces[plan.a] = self.reverse_leaf(b, plan.a, plan.b, list(rev.operands[:ncr]),
-                                                stacks)
-        for left, st in reversed(pending):
-            cts = self.reverse_plan(b, left, st, cts, pieces)
+        cts, pieces[leaf.a] = self.reverse_leaf(b, leaf.a, leaf.b - leaf.a,
+                                                list(rev.operands[:ncr]), stacks)
+        cts = self.reverse_later(b, later, cts, pieces)
         mapping.update(zip(rev.results[:ncr], cts))
         order = sorted(pieces)
         for pos, r in enumerate(rev.results[ncr:]):
