@@ -13,8 +13,11 @@ predicted peak (``budget:`` equal to the baseline's peak), and the DP's recomput
 the MILP's proven optimum at three budgets of the sweep (the MILP alone, `--milp-seconds`).
 
 Part 2, loops: the tanh RNN sample over T = 10^3, 10^4, 10^5 steps under `revolve:4`,
-`budget:` (half of store-all) and `min-memory`: the time to schedule and the size of
-the scheduled adjoint in ops. A cell that runs past `--cap` seconds says so.
+`budget:` (half of store-all), `min-memory` and `sqrt`: the time to schedule (the remat
+pass alone, in this process), the size of the scheduled adjoint in ops, the plan (slots,
+tape length), its recomputed steps against the binomial optimum for those slots and tapes
+(`binomial.cost`), and the predicted peak against the measured one, for the schedules that
+run at most `--run-evals` step evaluations. A cell that runs past `--cap` seconds says so.
 """
 from __future__ import annotations
 
@@ -256,28 +259,41 @@ def networks(args) -> None:
 
 
 def loops(args) -> None:
+    from adcompiler.remat.binomial import cost
     rnn = (ROOT / "samples" / "rnn.tdsl").read_text()
     print("\n## Loops (samples/rnn.tdsl)\n")
-    print("| T | policy | schedule time (s) | adjoint ops | predicted = measured |")
-    print("|---|---|---|---|---|")
+    print("| T | policy | schedule time (s) | adjoint ops | slots, tape | recomputed steps "
+          "| binomial optimum | predicted peak | measured peak |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for T in args.loops:
         dims = {"T": T}
         module, fn, inputs = compiled(rnn, dims)
         store = remat_stats(module, schedule(module, "none", fn, dims), dims)
         budget = store["peak_bytes_store_all"] // 2
-        for policy in ("revolve:4", f"budget:{budget}", "min-memory"):
+        for policy in ("revolve:4", f"budget:{budget}", "min-memory", "sqrt"):
             try:
                 s, t = capped(args.cap, schedule, module, policy, fn, dims)
             except AdcError as e:
-                print(f"| {T:,} | {policy} | error: {e.message} | | |")
+                print(f"| {T:,} | {policy} | error: {e.message} | | | | | | |")
                 continue
             if s is None:
-                print(f"| {T:,} | {policy} | > {args.cap:.0f} | | |", flush=True)
+                print(f"| {T:,} | {policy} | > {args.cap:.0f} | | | | | | |", flush=True)
                 continue
-            run = T <= args.run_steps and (policy != "min-memory" or T <= 200)
-            st = checked(module, fn, s, dims, inputs, run=run)
-            print(f"| {T:,} | {policy} | {t:.2f} | {ops_of(s.module, fn):,} "
-                  f"| {'yes' if run else 'not run'} |", flush=True)
+            st = remat_stats(module, s, dims)
+            lp = st["loops"][0]
+            steps, c, L = lp["recomputed_steps"], lp["slots"], lp["tape_steps"]
+            best = cost(T, c, L) if policy != "sqrt" else None
+            measured = "not run"
+            if T + steps <= args.run_evals:
+                _, rs = run_function(s.module, fn, inputs, dims=dims)
+                measured = f"{rs['peak_bytes']:,}"
+                if rs["peak_bytes"] != st["peak_bytes_predicted"]:
+                    raise SystemExit(f"T={T} {policy}: predicted peak "
+                                     f"{st['peak_bytes_predicted']} but measured "
+                                     f"{rs['peak_bytes']}")
+            print(f"| {T:,} | {policy} | {t:.2f} | {ops_of(s.module, fn):,} | {c}, {L} "
+                  f"| {steps:,} | {'-' if best is None else f'{best:,}'} "
+                  f"| {st['peak_bytes_predicted']:,} | {measured} |", flush=True)
 
 
 def main() -> None:
@@ -286,8 +302,9 @@ def main() -> None:
     ap.add_argument("--cap", type=float, default=120.0, help="seconds per schedule (120)")
     ap.add_argument("--loops", type=lambda s: [int(x) for x in s.split(",")],
                     default=[1000, 10_000, 100_000], help="trip counts (1000,10000,100000)")
-    ap.add_argument("--run-steps", type=int, default=1000,
-                    help="run (and check the peak of) loops up to this many steps (1000)")
+    ap.add_argument("--run-evals", type=int, default=50_000,
+                    help="run (and check the peak of) loop schedules of at most this many "
+                         "step evaluations, recomputation included (50000)")
     ap.add_argument("--only", choices=("networks", "exact", "loops"))
     ap.add_argument("--milp-seconds", type=float, default=60.0,
                     help="the MILP alone, for its proven optimum at 3 budgets per network "

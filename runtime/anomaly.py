@@ -116,7 +116,7 @@ class AnomalyExecutor(Executor):
 
     def run_op(self, op, env) -> list:
         outs = super().run_op(op, env)
-        if op.name in ("for", "fused", "call"):
+        if op.name in ("for", "repeat", "fused", "call"):
             return outs  # their inner ops were checked as they ran
         for k, r in enumerate(outs):
             kind = nonfinite(r, self.xp)

@@ -249,6 +249,8 @@ class Executor:
         name = op.name
         if name == "for":
             return self.run_for(op, env, args)
+        if name == "repeat":
+            return self.run_repeat(op, env, args)
         if name == "fused":
             return self.run_fused(op, env, args)
         if name == "call":
@@ -336,6 +338,20 @@ class Executor:
             carry = [c.copy() if id(c) in held else c for c in carry]
         self.live -= ys_bytes  # counted again as the loop's results
         return carry + ys
+
+    def run_repeat(self, op, env, args) -> list:
+        """A ``repeat``: ``a*i + b`` iterations, ``i`` the enclosing loop's index (its first
+        operand)."""
+        a, b = op.attrs["count"]
+        n = a * int(args[0]) + b
+        body, carry = op.regions[0], list(args[1:])
+        counter = self.loop_counter(n)
+        for i in range(n):
+            out = self.run_block(body, env, [counter(i)] + carry)
+            carry = [self._fix(c, v) for c, v in zip(out, op.results)]
+        if n <= 0:  # as a loop that ran no iteration: copies, never the initial arrays
+            carry = [self._fix(c, v).copy() for c, v in zip(carry, op.results)]
+        return carry
 
 
 class Runner:

@@ -31,7 +31,7 @@ class RoundingExecutor(Executor):
 
     def run_op(self, op, env) -> list:
         outs = super().run_op(op, env)
-        if op.name in ("for", "fused", "call"):
+        if op.name in ("for", "repeat", "fused", "call"):
             return outs  # their inner ops rounded their own results
         return [self._round(r) for r in outs]
 

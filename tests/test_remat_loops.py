@@ -1,8 +1,9 @@
-"""Loop schedules emitted compactly: equal segments become nested loops, so the scheduled
-program has the same size for any trip count; every executor (NumPy, compiled, emitted
-Python, the CUDA backend on a stand-in) gives the gradients of storing everything bit for
-bit, with the measured peak equal to the predicted one; zero-, one-trip and nested loops
-under every policy."""
+"""Loop schedules emitted compactly: long runs of equal segments become nested loops and
+long one-slot chains a loop around a ``repeat``, so the scheduled program has the same size
+for any trip count; every executor (NumPy, compiled, emitted Python, the CUDA backend on a
+stand-in) gives the gradients of storing everything bit for bit, with the measured peak equal
+to the predicted one; zero-, one-trip and nested loops under every policy. Small programs
+lower the length from which runs are compacted (`loops.MIN_RUN`) to exercise that form."""
 import numpy as np
 import pytest
 
@@ -12,6 +13,7 @@ from adcompiler.ir.parser import parse_module
 from adcompiler.ir.printer import print_module
 from adcompiler.ir.verifier import verify
 from adcompiler.memory import predict_peak
+from adcompiler.remat import loops
 from adcompiler.remat.binomial import advances, binomial_plan, sqrt_plan
 from adcompiler.remat.schedule import schedule
 from adc_runtime import cuda as backend
@@ -20,6 +22,11 @@ from adc_runtime.executor import Runner, run_function
 from test_remat_programs import adjoint, mlp_inputs, nested, residual_mlp, scan_with_outputs
 
 POLICIES = ["sqrt", "revolve:1", "revolve:2", "revolve:64", "budget:64KiB", "min-memory"]
+
+
+@pytest.fixture
+def compact(monkeypatch):
+    monkeypatch.setattr(loops, "MIN_RUN", 3)
 
 
 def ops(module, fn="f_grad") -> int:
@@ -37,14 +44,14 @@ def scan_inputs(n, seed=2):
 
 @pytest.mark.parametrize("build", [lambda n: adjoint(residual_mlp(n, 2, 2), ["x", "W", "b"]),
                                    lambda n: adjoint(scan_with_outputs(n), ["xs", "c0"])])
-def test_sqrt_schedule_size_does_not_grow_with_the_trip_count(build):
+def test_sqrt_schedule_size_does_not_grow_with_the_trip_count(build, compact):
     sizes = {n: ops(schedule(build(n), "sqrt").module) for n in (300, 1200, 4800)}
     assert len(set(sizes.values())) == 1, sizes
     # the unrolled form had a loop per segment: 2 * sqrt(4800) ~ 139 loops at the top level
     assert loops_at_top(schedule(build(4800), "sqrt").module) <= 12
 
 
-def test_segment_plans_become_two_nested_loops_in_the_printed_ir():
+def test_segment_plans_become_two_nested_loops_in_the_printed_ir(compact):
     m = adjoint(residual_mlp(49, 2, 2), ["W", "b"])
     out = schedule(m, "sqrt").module
     verify(out)
@@ -72,9 +79,10 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.parametrize("policy", ["sqrt", "revolve:40"])
-def test_compact_schedules_on_every_executor(case, policy, tmp_path):
-    """revolve with a slot per step is a checkpoint at every step: one run of 39 segments."""
+@pytest.mark.parametrize("policy", ["sqrt", "revolve:40", "revolve:1"])
+def test_compact_schedules_on_every_executor(case, policy, compact):
+    """revolve with a slot per step is a checkpoint at every step: one run of 39 segments;
+    with one slot, a chain of 39 blocks advanced from the start."""
     build, inputs = CASES[case]
     n = 40
     m, data = build(n), inputs(n)
@@ -83,7 +91,7 @@ def test_compact_schedules_on_every_executor(case, policy, tmp_path):
     out = sched.module
     verify(out)
     assert loops_at_top(out) <= 8
-    want = advances(sqrt_plan(n) if policy == "sqrt" else binomial_plan(n, 40))
+    want = advances(sqrt_plan(n) if policy == "sqrt" else binomial_plan(n, int(policy[8:])))
     assert sum(r.recomputed_steps for r in sched.rewrites) == want
     # NumPy interpreter: bits and the predicted peak
     got, stats = run_function(out, "f_grad", data)
@@ -123,7 +131,9 @@ EDGE = {
 
 @pytest.mark.parametrize("case", sorted(EDGE))
 @pytest.mark.parametrize("policy", POLICIES)
-def test_edge_trip_counts_under_every_policy(case, policy):
+@pytest.mark.parametrize("min_run", [3, loops.MIN_RUN])
+def test_edge_trip_counts_under_every_policy(case, policy, min_run, monkeypatch):
+    monkeypatch.setattr(loops, "MIN_RUN", min_run)
     build, inputs = EDGE[case]
     m, data = build(), inputs()
     ref, _ = run_function(m, "f_grad", data)
@@ -133,3 +143,23 @@ def test_edge_trip_counts_under_every_policy(case, policy):
     assert len(got) == len(ref)
     assert all(np.array_equal(a, b) for a, b in zip(got, ref))
     assert stats["peak_bytes"] == predict_peak(out, "f_grad").peak_bytes
+
+
+def test_long_loops_are_compact_by_default():
+    """From `MIN_RUN` blocks on: a revolve:1 chain of 150 steps runs bit-identically with the
+    predicted peak and keeps its size up to 160,000 steps; so do √n runs of 200 and 400
+    segments."""
+    n = 150
+    m, data = adjoint(scan_with_outputs(n), ["xs", "c0"]), scan_inputs(n)
+    ref, _ = run_function(m, "f_grad", data)
+    sched = schedule(m, "revolve:1")
+    out = sched.module
+    assert any(op.name == "repeat" for op in out["f_grad"].walk())
+    got, stats = run_function(out, "f_grad", data)
+    assert all(np.array_equal(a, b) for a, b in zip(got, ref))
+    assert stats["peak_bytes"] == predict_peak(out, "f_grad").peak_bytes
+    assert sum(r.recomputed_steps for r in sched.rewrites) == n * (n - 1) // 2
+    for policy, lengths in (("revolve:1", (n, 40_000, 160_000)), ("sqrt", (40_000, 160_000))):
+        sizes = {k: ops(schedule(adjoint(scan_with_outputs(k), ["xs", "c0"]), policy).module)
+                 for k in lengths}
+        assert len(set(sizes.values())) == 1, (policy, sizes)

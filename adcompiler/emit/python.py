@@ -204,6 +204,9 @@ class _FunctionEmitter:
         if has_trait(op, "loop"):
             self.loop(op, depth)
             return
+        if has_trait(op, "repeat"):
+            self.repeat(op, depth)
+            return
         if has_trait(op, "group"):
             self.fused(op, depth)
             return
@@ -293,6 +296,30 @@ class _FunctionEmitter:
             if r in self.name.names:
                 self.lines.append(f"{pad}{self.name(r)} = {self.name(c)}")
             else:  # the final carry stays in the loop's variable
+                self.name.names[r] = self.name(c)
+        self.last_loc = None
+
+
+    def repeat(self, op: Op, depth: int) -> None:
+        """``a*i + b`` iterations, ``i`` the enclosing loop's index."""
+        pad, body = "    " * depth, op.regions[0]
+        a, b = op.attrs["count"]
+        index, carries = body.args[0], body.args[1:]
+        outer = self.name(op.operands[0])
+        it = self.name.fresh("step")
+        for c, init in zip(carries, op.operands[1:]):
+            self.lines.append(f"{pad}{self.name(c)} = {self.name(init)}")
+        self.lines.append(f"{pad}for {it} in range({int(a)} * int({outer}) + {int(b)}):")
+        self.lines.append(f"{pad}    {self.name(index)} = np.int64({it})")
+        self.block(body, depth + 1)
+        if carries:
+            lhs = ", ".join(self.name(c) for c in carries)
+            rhs = ", ".join(self.name(v) for v in body.terminator.operands)
+            self.lines.append(f"{pad}    {lhs} = {rhs}")
+        for r, c in zip(op.results, carries):
+            if r in self.name.names:
+                self.lines.append(f"{pad}{self.name(r)} = {self.name(c)}")
+            else:
                 self.name.names[r] = self.name(c)
         self.last_loc = None
 

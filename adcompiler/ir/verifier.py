@@ -8,6 +8,9 @@ location; `verify_errors(module)` returns every problem found. Checked:
 * terminators: function bodies end in ``return`` (types = `result_types`), loop bodies in
   ``yield``; neither appears anywhere else;
 * ``for``: attrs, block arguments ``[i64[], carries..., x slices...]``, yield and result types;
+* ``repeat``: directly in a ``for`` body, whose index is its first operand; attrs
+  ``count = (a, b)`` (ints >= 0) and ``n_carry`` (the other operands); block arguments
+  ``[i64[], carries...]``; yield and results the carries' types;
 * ``call``: the callee exists and its argument and result types match;
 * ``fused``: one region whose arguments take the operands' types and whose ``yield`` gives
   the result types;
@@ -136,6 +139,8 @@ class _Checker:
                 self.fail(op, "must have no results and no regions")
         elif registry.has_trait(op, "loop"):
             self.for_op(op)
+        elif registry.has_trait(op, "repeat"):
+            self.repeat_op(op)
         elif registry.has_trait(op, "calls"):
             self.call(op)
         elif registry.has_trait(op, "group"):
@@ -230,6 +235,37 @@ class _Checker:
         if res != want_res:
             self.fail(op, f"has result types {_types(res)} but its body gives "
                           f"{_types(want_res)}")
+
+    def repeat_op(self, op: Op) -> None:
+        count, nc = op.attrs.get("count"), op.attrs.get("n_carry")
+        if set(op.attrs) - ANNOTATION_ATTRS != {"count", "n_carry"} \
+                or not isinstance(count, tuple) or len(count) != 2 \
+                or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0
+                           for c in count) or nc != len(op.operands) - 1:
+            self.fail(op, "needs exactly the attrs count (a, b: ints >= 0) and n_carry "
+                          "(its operands after the index)")
+            return
+        outer = op.parent.parent if op.parent is not None else None
+        if not (isinstance(outer, Op) and registry.has_trait(outer, "loop")) \
+                or op.operands[0] is not op.parent.args[0]:
+            self.fail(op, "must be in the body of a 'for' and take its index first: it runs "
+                          "a*i + b times, i the index of that loop")
+            return
+        if len(op.regions) != 1:
+            self.fail(op, f"needs one region, has {len(op.regions)}")
+            return
+        carries = [v.type for v in op.operands[1:]]
+        args = [a.type for a in op.regions[0].args]
+        if args != [TensorType("i64", ())] + carries:
+            self.fail(op, f"body arguments {_types(args)} should be "
+                          f"{_types([TensorType('i64', ())] + carries)} (index, carries)")
+        term = op.regions[0].ops[-1] if op.regions[0].ops else None
+        if term is not None and term.name == YIELD and [v.type for v in term.operands] != carries:
+            self.fail(term, f"yields {_types(v.type for v in term.operands)} but the loop "
+                            f"carries {_types(carries)}")
+        if [r.type for r in op.results] != carries:
+            self.fail(op, f"has result types {_types(r.type for r in op.results)} but "
+                          f"carries {_types(carries)}")
 
     def fused_op(self, op: Op) -> None:
         if len(op.regions) != 1:

@@ -12,7 +12,8 @@ The convention (pinned by tests/test_memory.py against `adc_runtime.executor`):
 * a ``for`` loop counts its stacked outputs (``n`` x the slice) from its start, and per
   iteration the body's arguments (the ``i64`` index, the carries and the slices of the
   scanned inputs, each again in full) plus the body's own values. Every iteration has the same
-  profile, so the body is walked once; the loop's operands stay live until it ends.
+  profile, so the body is walked once; the loop's operands stay live until it ends. A
+  ``repeat`` counts as a loop without stacks, when it runs at all in its enclosing loop.
 
 Temporaries inside kernels are not counted: the model, like the runtime, counts SSA values.
 """
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from ..ir.core import Block, Function, Module, Op, Value
+from ..ops.control import repeat_counts
 from ..ops.registry import has_trait
 from .sizes import trip_count, value_bytes
 
@@ -102,6 +104,10 @@ class _Walk:
             if n is None or n > 0:
                 self.block(op.regions[0])
             self.live -= ys
+        elif has_trait(op, "repeat"):
+            n = trip_count(op.parent.parent.attrs["n"], self.dims)
+            if n is None or repeat_counts(op, n)[0] > 0:
+                self.block(op.regions[0])
         elif has_trait(op, "calls"):
             callee = self.module.functions[op.attrs["callee"]]
             self.block(callee.body, keep_results=True)

@@ -5,6 +5,11 @@ their traits (`registry.has_trait`); the names below are the only place they are
 * ``for(inits..., xs...) {n, n_carry, reverse}``: a loop whose body takes the index, the
   carried values and one slice of each scanned input, and yields the next carries and the
   slices to stack (trait ``loop``);
+* ``repeat(i, inits...) {count = (a, b), n_carry}``: a loop of carries only, run ``a*i + b``
+  times where ``i`` is the index of the ``for`` whose body holds it (a triangular loop nest:
+  the trip count is known for every iteration of the enclosing loop, so FLOPs and memory stay
+  exact); its body takes its own index and the carries and yields the next carries (trait
+  ``repeat``). Rematerialization emits it to recompute a state from a checkpoint;
 * ``call(args...) {callee}``: runs another function of the module (trait ``calls``);
 * ``yield(values...)`` ends a loop body or a fused region, ``return(values...)`` a function
   (trait ``terminator``);
@@ -16,11 +21,25 @@ from __future__ import annotations
 from .registry import register_structural
 
 FOR, CALL, YIELD, RETURN, FUSED = "for", "call", "yield", "return", "fused"
+REPEAT = "repeat"
 
 register_structural(FOR, traits=("loop",), doc="a loop over a body region")
+register_structural(REPEAT, traits=("repeat",),
+                    doc="a loop of carries run a*i + b times, i the enclosing loop's index")
 register_structural(CALL, traits=("calls",), doc="a call of a function of the module")
 register_structural(YIELD, traits=("terminator",), doc="ends a loop body or fused region")
 register_structural(RETURN, traits=("terminator",), doc="ends a function body")
+
+
+def repeat_counts(op, n_outer: int) -> tuple[int, int]:
+    """(the most times, the total times) `op` (a ``repeat``, ``a, b >= 0``) runs over the
+    `n_outer` iterations of its enclosing loop."""
+    a, b = op.attrs["count"]
+    if n_outer <= 0:
+        return 0, 0
+    return a * (n_outer - 1) + b, a * n_outer * (n_outer - 1) // 2 + b * n_outer
+
+
 # FLOPs (`adcompiler.memory.flops`): a loop n times its body, a call its callee, a
 # terminator nothing; a fused group one per result element (as an op of unknown cost)
 register_structural(FUSED, traits=("group",), doc="a group of ops run as one kernel",

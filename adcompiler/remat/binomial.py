@@ -17,7 +17,11 @@ Tapes of ``leaf = L`` steps treat the chain as ``ceil(l / L)`` blocks of L steps
 one shorter: it is the one advanced over most often) and checkpoint the blocks binomially;
 the tests pin this to the exhaustive optimum over all split points on short chains.
 
-Everything here is iterative: chains of any length, no recursion limit.
+Everything here is iterative: chains of any length, no recursion limit. With ``runs=True``
+a plan keeps two regular parts as single nodes instead of a split per block, so that a plan
+of 10^5 steps has as many nodes as it has irregular splits: a part left with one slot
+(`Chain`: each block taped by advancing from the part's first state) and a part with a slot
+per block (`Segments`: a checkpoint at every block).
 """
 from __future__ import annotations
 
@@ -76,7 +80,44 @@ class Split(NamedTuple):
     left: "Plan"
 
 
-Plan = Leaf | Split
+class Chain(NamedTuple):
+    """Steps ``[a, a + f + q*ell)``, a first block of ``f`` steps and ``q >= 1`` blocks of
+    ``ell``, reversed with one slot: for the last block first, advance from the state at
+    ``a`` to the block, tape and reverse it; the first block is taped from ``a``."""
+    a: int
+    f: int
+    ell: int
+    q: int
+
+
+class Segments(NamedTuple):
+    """Steps ``[a, a + f + q*ell)`` as in `Chain`, with a checkpoint at every block: advance
+    through the blocks keeping each block's first state, then tape and reverse them from
+    their checkpoints, last block first."""
+    a: int
+    f: int
+    ell: int
+    q: int
+
+
+Plan = Leaf | Split | Chain | Segments
+
+
+def starts(p: Chain | Segments) -> range:
+    """The first steps of the blocks of `p` after its first one."""
+    return range(p.a + p.f, p.a + p.f + p.q * p.ell, p.ell)
+
+
+def expand(p: Chain | Segments) -> Split:
+    """`p` as splits and leaves (one level: the part of `p` it splits off stays a node)."""
+    last = p.a + p.f + (p.q - 1) * p.ell
+    rest = Leaf(p.a, p.a + p.f) if p.q == 1 else None
+    if isinstance(p, Chain):
+        return Split(p.a, last, last + p.ell, Leaf(last, last + p.ell),
+                     rest or p._replace(q=p.q - 1))
+    first = p.a + p.f
+    right = Leaf(first, first + p.ell) if p.q == 1 else Segments(first, p.ell, p.ell, p.q - 1)
+    return Split(p.a, first, last + p.ell, right, Leaf(p.a, first))
 
 
 def nodes(plan: Plan):
@@ -89,12 +130,34 @@ def nodes(plan: Plan):
             stack += (p.left, p.right)
 
 
+def _advances(p) -> int:
+    if isinstance(p, Split):
+        return p.m - p.a
+    if isinstance(p, Chain):
+        return p.q * p.f + p.ell * p.q * (p.q - 1) // 2
+    if isinstance(p, Segments):
+        return p.f + (p.q - 1) * p.ell
+    return 0
+
+
 def advances(plan: Plan) -> int:
-    return sum(p.m - p.a for p in nodes(plan) if isinstance(p, Split))
+    return sum(_advances(p) for p in nodes(plan))
 
 
 def tape_length(plan: Plan) -> int:
-    return max(p.b - p.a for p in nodes(plan) if isinstance(p, Leaf))
+    return max(p.b - p.a if isinstance(p, Leaf) else max(p.f, p.ell)
+               for p in nodes(plan) if not isinstance(p, Split))
+
+
+def checkpoint_steps(plan: Plan) -> list[int]:
+    """The steps whose state the plan keeps or advances to (every split point)."""
+    out = set()
+    for p in nodes(plan):
+        if isinstance(p, Split):
+            out.add(p.m)
+        elif not isinstance(p, Leaf):
+            out.update(starts(p))
+    return sorted(out)
 
 
 def slots(plan: Plan) -> int:
@@ -105,13 +168,16 @@ def slots(plan: Plan) -> int:
         if isinstance(p, Split):
             need[id(p)] = max(1 + need[id(p.right)], need[id(p.left)], 1)
         else:
-            need[id(p)] = 0
+            need[id(p)] = {Chain: 1, Segments: getattr(p, "q", 0)}.get(type(p), 0)
     return max(1, need[id(plan)])
 
 
 def _spine(l: int, c: int) -> int:
     """How often the plan of `l` steps and `c` slots advances from its start (its splits
-    with ``a = 0``): the left parts keep all c slots."""
+    with ``a = 0``): the left parts keep all c slots. With one slot every block but the
+    first is advanced to from the start."""
+    if c == 1:
+        return max(l - 1, 0)
     k = 0
     while l > 1:
         l = split_point(l, min(c, l))
@@ -132,9 +198,12 @@ def cost(l: int, c: int, leaf: int = 1) -> float:
     return leaf * min_advances(blocks, c) - (leaf - first) * _spine(blocks, c)
 
 
-def _build(n: int, at, c: int) -> Plan:
+def _build(n: int, at, c: int, runs: bool = False) -> Plan:
     """The binomial plan over ``n`` blocks, block ``k`` being steps ``at(k) .. at(k+1)-1``;
-    built bottom-up with an explicit stack (no recursion)."""
+    built bottom-up with an explicit stack (no recursion). With `runs`, a part of two or
+    more blocks with one slot is a `Chain` and one with a slot per block `Segments` (the
+    splits they stand for are the ones built here: `split_point` of one slot is the last
+    block, of a slot per block the first)."""
     todo: list[tuple] = [(0, n, min(c, n))]
     built: list[Plan] = []
     while todo:
@@ -147,14 +216,19 @@ def _build(n: int, at, c: int) -> Plan:
         if b - a <= 1:
             built.append(Leaf(at(a), at(b)))
             continue
+        if runs and (k == 1 or k >= b - a - 1):
+            node = Chain if k == 1 else Segments
+            built.append(node(at(a), at(a + 1) - at(a), at(b) - at(b - 1), b - a - 1))
+            continue
         m = a + split_point(b - a, k)
         todo += [(a, m, b, None), (m, b, min(k - 1, b - m)), (a, m, min(k, m - a))]
     return built[0]
 
 
-def binomial_plan(n: int, c: int, leaf: int = 1) -> Plan:
+def binomial_plan(n: int, c: int, leaf: int = 1, runs: bool = False) -> Plan:
     """An optimal plan for `n` steps with `c` slots and tapes of `leaf` steps (for
-    ``leaf > 1``: optimal over blocks of `leaf` steps)."""
+    ``leaf > 1``: optimal over blocks of `leaf` steps); `runs`: with `Chain` and
+    `Segments` nodes (see `_build`)."""
     if c < 1:
         raise ValueError("binomial checkpointing needs at least one checkpoint slot")
     if n <= leaf:
@@ -162,7 +236,7 @@ def binomial_plan(n: int, c: int, leaf: int = 1) -> Plan:
     blocks = -(-n // leaf)
     first = n - (blocks - 1) * leaf
     return _build(blocks, (lambda k: k) if leaf == 1 else
-                  (lambda k: 0 if k == 0 else first + (k - 1) * leaf), c)
+                  (lambda k: 0 if k == 0 else first + (k - 1) * leaf), c, runs)
 
 
 def segment_plan(n: int, bounds: list[int]) -> Plan:

@@ -21,7 +21,7 @@ from ..ir.core import Module, Value
 from ..memory.flops import block_flops, function_flops, op_flops
 from ..memory.liveness import predict_peak
 from ..memory.sizes import format_bytes, value_bytes
-from .binomial import Leaf, Plan, nodes, advances, slots, tape_length
+from .binomial import Leaf, Plan, advances, checkpoint_steps, slots, tape_length
 from .loops import find_loop_pairs
 from .schedule import Schedule
 
@@ -36,10 +36,6 @@ def _name(v: Value) -> str:
 def _loc(v: Value) -> str:
     op = v.defining_op
     return str(op.loc) if op is not None and op.loc is not None else ""
-
-
-def _checkpoint_steps(plan: Plan) -> list[int]:
-    return sorted({p.m for p in nodes(plan) if not isinstance(p, Leaf)})
 
 
 def remat_stats(reversed_module: Module, sched: Schedule,
@@ -158,7 +154,7 @@ def _explain_loop(stats: dict, pair, plan: Plan | None, dims, module: Module) ->
     steps = advances(plan) if plan is not None else 0
     L = tape_length(plan) if plan is not None else n
     step_flops = block_flops(body, dims, module)
-    ckpts = _checkpoint_steps(plan) if plan is not None else []
+    ckpts = checkpoint_steps(plan) if plan is not None else []
     stats["loops"].append({"loc": where, "steps": n, "slots": slots(plan) if plan else n,
                            "tape_steps": L, "checkpoint_steps": ckpts,
                            "recomputed_steps": steps, "step_flops": step_flops})

@@ -11,14 +11,25 @@ the scanned inputs with it, so each iteration runs the same ops on the same valu
 and the gradient is bit-identical. Recomputed ops carry ``recompute = true`` and the
 location of their primal op.
 
-Runs of equal segments (`MIN_RUN` or more consecutive checkpoints ``ell`` steps apart whose
-segments are taped whole, as in √n plans and in binomial plans with a slot per block) are
+Long runs of equal segments (`MIN_RUN` or more consecutive checkpoints ``ell`` steps apart
+whose segments are taped whole: √n plans, `Segments` of binomial plans) are
 emitted as two nested loops instead of one loop per segment: forward, a loop over the
 segments around a loop over their steps, stacking each segment's first state (the
 checkpoints, ``[g, *state]``); in reverse, a reverse loop over the segments that scans those
 checkpoints and, per segment, records its ``ell`` steps and runs their reverse loop. The
 index of a step is ``j + (seg * ell + a0)``, so the scheduled program has the same size for
 any number of segments, and every step still runs the same ops on the same values.
+
+Long chains with one slot (a `Chain` of `MIN_RUN` or more blocks of ``ell`` steps after a first
+block of ``f``, each reversed by advancing from the chain's first state: the whole of a
+``revolve:1`` plan, the one-slot ends of binomial plans) are emitted as a reverse loop over
+the blocks whose body advances ``ell*i + f`` steps from that state (a ``repeat``, whose trip
+count is affine in the loop's index), records the block and runs its reverse loop.
+
+Shorter runs and chains are emitted a loop per piece, as the rest of the plan: the compact
+form allocates the stacked per-step outputs of its segment loops (the reverse loop's
+cotangents of scanned inputs, the primal outputs) for the whole run at its start, where
+pieces would fill up one by one, so it can raise the peak; it pays off on long loops.
 """
 from __future__ import annotations
 
@@ -26,10 +37,11 @@ from dataclasses import dataclass, field
 
 from ..ir.builder import Builder
 from ..ir.core import Block, Function, Op, Value, replace_all_uses, uses
+from ..ops.control import REPEAT
 from ..ir.types import TensorType
 from ..ops.registry import has_trait
 from ..passes.clone import clone_op
-from .binomial import Leaf, Plan, Split
+from .binomial import Chain, Leaf, Plan, Segments, Split, expand, starts
 
 I64 = TensorType("i64")
 
@@ -87,7 +99,7 @@ def _mark(op: Op) -> None:
             o.attrs["recompute"] = True
 
 
-MIN_RUN = 3     # equal segments emitted as one nested loop from this many on
+MIN_RUN = 100   # runs and chains of this many blocks on are emitted as nested loops
 
 Start = int | Value    # the first iteration of a piece: a constant, or an i64[] of the enclosing loop
 
@@ -95,10 +107,17 @@ Start = int | Value    # the first iteration of a piece: a constant, or an i64[]
 def _spine(plan: Plan) -> tuple[list[tuple[int, int, Plan]], Leaf]:
     """`plan`'s splits along its right spine, as (a, m, left), and the leaf it ends in."""
     items = []
-    while isinstance(plan, Split):
+    while True:
+        if isinstance(plan, Segments):
+            cuts = [plan.a] + list(starts(plan))
+            items += [(x, y, Leaf(x, y)) for x, y in zip(cuts, cuts[1:])]
+            plan = Leaf(cuts[-1], cuts[-1] + plan.ell)
+        if isinstance(plan, Chain):
+            plan = expand(plan)
+        if not isinstance(plan, Split):
+            return items, plan
         items.append((plan.a, plan.m, plan.left))
         plan = plan.right
-    return items, plan
 
 
 def _runs(items: list[tuple[int, int, Plan]]) -> list[tuple]:
@@ -212,6 +231,18 @@ class LoopRewriter:
         nc = self.nc
         return res[:nc], res[nc:2 * nc], self._flat(b, res[2 * nc:])
 
+    def advance_by(self, b: Builder, a: int, count: tuple[int, int],
+                   state: list[Value]) -> list[Value]:
+        """Recompute the state ``ell*i + f`` steps after ``a`` (``count = (ell, f)``, ``i`` the
+        enclosing loop's index) from `state`, the state at ``a``: a ``repeat``."""
+        block, vmap = _step_block(self.body, a, self.nc, self.fwd_xs, self.fwd_keep, [], b)
+        with b.inside(block):
+            b.yield_([vmap.get(v, v) for v in self.yields[:self.nc]])
+        op = b.insert(Op(REPEAT, [b.block.args[0]] + list(state), [v.type for v in state],
+                         {"count": count, "n_carry": len(state)}, regions=[block]))
+        _mark(op)
+        return list(op.results)
+
     # -- reverse pieces ---------------------------------------------------------------
     def reverse_leaf(self, b: Builder, a: Start, count: int, cts: list[Value],
                      stacks: list[Value]) -> tuple[list[Value], list[Value]]:
@@ -246,6 +277,22 @@ class LoopRewriter:
         res = self._segment_loop(b, g, ell, a0, cts, checkpoints, step, reverse=True)
         return res[:ncr], self._flat(b, res[ncr:])
 
+    def reverse_chain(self, b: Builder, chain: Chain, state: list[Value], cts: list[Value],
+                      pieces: dict[int, list[Value]]) -> list[Value]:
+        """Reverse `chain` from `state`, the state at its start: a reverse loop over its ``q``
+        blocks of ``ell`` steps (block ``i`` starts ``f + ell*i`` steps after ``a``), then its
+        first block of ``f`` steps."""
+        a, f, ell, q = chain
+        def step(first, carries, _):
+            start = self.advance_by(b, a, (ell, f), state)
+            cts_in, parts = self.tape_and_reverse(b, first, ell, start, list(carries))
+            return cts_in + parts
+        res = self._segment_loop(b, q, ell, a + f, cts, [], step, reverse=True)
+        self.info.recomputed_steps += self.times * (ell * q * (q - 1) // 2 + f * q)
+        cts, pieces[a + f] = res[:len(cts)], self._flat(b, res[len(cts):])
+        cts, pieces[a] = self.tape_and_reverse(b, a, f, state, cts)
+        return cts
+
     # -- sweeps -----------------------------------------------------------------------
     def advance(self, b: Builder, plan: Plan, state: list[Value], primal: bool):
         """Along `plan`'s right spine from `state`, keeping the checkpoints: (the state at
@@ -277,6 +324,9 @@ class LoopRewriter:
             if item[0] == "run":
                 _, a0, ell, g, ckpts = item
                 cts, pieces[a0] = self.reverse_segments(b, a0, ell, g, cts, ckpts)
+                continue
+            if isinstance(item[1], Chain) and item[1].q >= MIN_RUN:
+                cts = self.reverse_chain(b, item[1], item[2], cts, pieces)
                 continue
             leaf, state, more, _ = self.advance(b, item[1], item[2], False)
             cts, pieces[leaf.a] = self.tape_and_reverse(b, leaf.a, leaf.b - leaf.a, state, cts)

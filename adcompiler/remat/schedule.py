@@ -93,7 +93,7 @@ def _leaves(n: int) -> list[int]:
 
 
 def _plan(n: int, c: int, L: int) -> Plan:
-    return Leaf(0, n) if L >= n else binomial_plan(n, c, L)
+    return Leaf(0, n) if L >= n else binomial_plan(n, c, L, runs=True)
 
 
 class _Peaks:
@@ -186,14 +186,19 @@ def solve_budget(module: Module, fn: str, pairs: list[LoopPair], budget: int | N
                        f"the smallest feasible peak is {format_bytes(floor)} ({floor} bytes)")
     order = sorted(range(len(pairs)), key=lambda k: -_loop_sizes(pairs[k], dims) * pairs[k].n)
     for k in order:
-        n = pairs[k].n
+        n, room = pairs[k].n, budget - peaks(plans)
+        state, step = _state_bytes(pairs[k], dims), _loop_sizes(pairs[k], dims)
 
-        def fits(c, L, k=k, n=n):
-            """True, or by how many bytes the plan's exact peak misses the budget."""
+        def fits(c, L, k=k, n=n, room=room, state=state, step=step):
+            """True, or by how many bytes the plan's exact peak misses the budget. Beyond
+            `EXACT_STEPS` steps, a plan whose modelled extra bytes over one slot and
+            one-step tapes (`_candidates`) already miss the room is not built."""
+            short = (c - 1) * state + (L - 1) * step - room
+            if n > EXACT_STEPS and short > 0:
+                return short
             peak = peaks(plans[:k] + [(n, c, L)] + plans[k + 1:])
             return True if peak <= budget else peak - budget
-        c, L = _best_for_loop(n, fits, budget - peaks(plans), _state_bytes(pairs[k], dims),
-                              _loop_sizes(pairs[k], dims))
+        c, L = _best_for_loop(n, fits, room, state, step)
         plans[k] = (n, c, L)
     return [_plan(*s) for s in plans]
 
@@ -218,7 +223,7 @@ def schedule(module: Module, policy: str | Policy, fn: str = "",
         if pol.kind == "sqrt":
             plans = [sqrt_plan(p.n) for p in pairs]
         elif pol.kind == "revolve":
-            plans = [binomial_plan(p.n, pol.checkpoints) for p in pairs]
+            plans = [binomial_plan(p.n, pol.checkpoints, runs=True) for p in pairs]
         elif pol.kind == "mincut":      # straight-line code only, as AOTAutograd's
             plans = [None] * len(pairs)
         else:
