@@ -48,7 +48,7 @@ def test_the_check_finds_a_name(tmp_path):
 
 def test_structural_ops_are_registered_with_traits():
     for name, trait in (("for", "loop"), ("call", "calls"), ("yield", "terminator"),
-                        ("return", "terminator"), ("fused", "group"), ("repeat", "repeat")):
+                        ("return", "terminator"), ("fused", "group"), ("repeat", "counted")):
         assert registry.lookup(name).has(trait)
         assert name not in registry.REGISTRY  # not callable from TDSL, no kernel
 

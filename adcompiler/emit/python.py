@@ -204,7 +204,7 @@ class _FunctionEmitter:
         if has_trait(op, "loop"):
             self.loop(op, depth)
             return
-        if has_trait(op, "repeat"):
+        if has_trait(op, "counted"):
             self.repeat(op, depth)
             return
         if has_trait(op, "group"):

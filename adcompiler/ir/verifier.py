@@ -139,7 +139,7 @@ class _Checker:
                 self.fail(op, "must have no results and no regions")
         elif registry.has_trait(op, "loop"):
             self.for_op(op)
-        elif registry.has_trait(op, "repeat"):
+        elif registry.has_trait(op, "counted"):
             self.repeat_op(op)
         elif registry.has_trait(op, "calls"):
             self.call(op)

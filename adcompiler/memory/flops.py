@@ -28,7 +28,7 @@ def op_flops(op: Op, dims: Mapping[str, int], module: Module | None = None) -> i
     """FLOPs of one execution of `op` (regions and callees included)."""
     if has_trait(op, "loop"):
         return _loop_flops(op, dims, module, False)
-    if has_trait(op, "repeat"):   # counted by its enclosing loop (`_loop_flops`)
+    if has_trait(op, "counted"):   # counted by its enclosing loop (`_loop_flops`)
         return 0
     if has_trait(op, "calls"):
         if module is None or op.attrs["callee"] not in module:
@@ -51,7 +51,7 @@ def block_flops(block: Block, dims: Mapping[str, int], module: Module | None = N
     for op in block.ops:
         if has_trait(op, "loop"):
             total += _loop_flops(op, dims, module, only_recompute)
-        elif has_trait(op, "repeat"):
+        elif has_trait(op, "counted"):
             continue
         elif not only_recompute or op.attrs.get("recompute"):
             total += op_flops(op, dims, module)
@@ -65,7 +65,7 @@ def _loop_flops(op: Op, dims: Mapping[str, int], module: Module | None,
     body = op.regions[0]
     total = n * block_flops(body, dims, module, only_recompute)
     for inner in body.ops:
-        if has_trait(inner, "repeat"):
+        if has_trait(inner, "counted"):
             total += repeat_counts(inner, n)[1] * block_flops(inner.regions[0], dims, module,
                                                               only_recompute)
     return total

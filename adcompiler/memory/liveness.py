@@ -104,7 +104,7 @@ class _Walk:
             if n is None or n > 0:
                 self.block(op.regions[0])
             self.live -= ys
-        elif has_trait(op, "repeat"):
+        elif has_trait(op, "counted"):
             n = trip_count(op.parent.parent.attrs["n"], self.dims)
             if n is None or repeat_counts(op, n)[0] > 0:
                 self.block(op.regions[0])

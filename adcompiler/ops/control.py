@@ -9,7 +9,7 @@ their traits (`registry.has_trait`); the names below are the only place they are
   times where ``i`` is the index of the ``for`` whose body holds it (a triangular loop nest:
   the trip count is known for every iteration of the enclosing loop, so FLOPs and memory stay
   exact); its body takes its own index and the carries and yields the next carries (trait
-  ``repeat``). Rematerialization emits it to recompute a state from a checkpoint;
+  ``counted``). Rematerialization emits it to recompute a state from a checkpoint;
 * ``call(args...) {callee}``: runs another function of the module (trait ``calls``);
 * ``yield(values...)`` ends a loop body or a fused region, ``return(values...)`` a function
   (trait ``terminator``);
@@ -24,7 +24,7 @@ FOR, CALL, YIELD, RETURN, FUSED = "for", "call", "yield", "return", "fused"
 REPEAT = "repeat"
 
 register_structural(FOR, traits=("loop",), doc="a loop over a body region")
-register_structural(REPEAT, traits=("repeat",),
+register_structural(REPEAT, traits=("counted",),
                     doc="a loop of carries run a*i + b times, i the enclosing loop's index")
 register_structural(CALL, traits=("calls",), doc="a call of a function of the module")
 register_structural(YIELD, traits=("terminator",), doc="ends a loop body or fused region")
