@@ -207,6 +207,107 @@ def test_failing_plugin_op_is_located(op, mode, fragment, tmp_path, capsys):
     assert fragment in err, err
 
 
+RAISING_PLUGIN = '''
+from adcompiler import register_op
+
+
+class PluginFault(Exception):
+    pass
+
+
+def raising(exc):
+    def fail(*args, **kwargs):
+        raise exc
+    return fail
+
+
+for name, exc in [("raise_type", TypeError("bad operand")),
+                  ("raise_zero", ZeroDivisionError("division by zero")),
+                  ("raise_runtime", RuntimeError("stuck")),
+                  ("raise_custom", PluginFault("its own error")),
+                  ("raise_exit", SystemExit(7)),
+                  ("raise_interrupt", KeyboardInterrupt())]:
+    register_op(name, lambda t, a: t[0], kernel=raising(exc),
+                vjp=lambda b, op, cts: [cts[0]], jvp=lambda b, op, ts: [ts[0]])
+    # the same failures in its type rule, VJP rule and JVP rule
+    register_op(name + "_infer", raising(exc), kernel=lambda xp, x: x)
+    register_op(name + "_rules", lambda t, a: t[0], kernel=lambda xp, x: x,
+                vjp=raising(exc), jvp=raising(exc))
+'''
+RAISING_OPS = ("raise_type", "raise_zero", "raise_runtime", "raise_custom", "raise_exit",
+               "raise_interrupt")
+
+
+@pytest.fixture
+def raising_plugin(tmp_path):
+    """A plugin whose kernels raise; unregistered afterwards."""
+    from adcompiler.plugins import unregister_op
+    plugin = write(tmp_path / "raising_kernels.py", RAISING_PLUGIN)
+    yield plugin
+    for name in RAISING_OPS:
+        for suffix in ("", "_infer", "_rules"):
+            unregister_op(name + suffix)
+    __import__("sys").modules.pop("raising_kernels", None)
+
+
+@pytest.mark.parametrize("op,detail", [
+    ("raise_type", "TypeError: bad operand"), ("raise_zero", "ZeroDivisionError: division"),
+    ("raise_runtime", "RuntimeError: stuck"), ("raise_custom", "PluginFault: its own error"),
+    ("raise_exit", "sys.exit(7)")])
+@pytest.mark.parametrize("mode", ["forward", "reverse", "jvp", "hvp"])
+def test_raising_plugin_kernel_is_located(op, detail, mode, raising_plugin, tmp_path, capsys):
+    """Whatever a plugin's kernel raises (but an interrupt) is the user's error at the op's
+    line, in a loop too, on every path: exit 1, the op named, the caret under the call."""
+    prog = write(tmp_path / "p.tdsl", "def f(param x: f32[3]) -> f32 {\n    h = x\n"
+                                      "    for i in range(2) {\n"
+                                      f"        h = {op}(h) * x\n    }}\n"
+                                      "    return sum(h)\n}\n")
+    rc, err = adc(["run", prog, "--mode", mode, "--plugin", raising_plugin], capsys)
+    assert rc == 1 and f"{prog}:4:13: error:" in err, err
+    assert f"plugin op '{op}': its kernel failed ({detail}" in err, err
+    assert f"        h = {op}(h) * x\n            ^\n" in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("op,detail", [
+    ("raise_type", "TypeError: bad operand"), ("raise_zero", "ZeroDivisionError: division"),
+    ("raise_runtime", "RuntimeError: stuck"), ("raise_custom", "PluginFault: its own error"),
+    ("raise_exit", "sys.exit(7)")])
+@pytest.mark.parametrize("suffix,mode,what", [("_infer", "forward", "type rule"),
+                                              ("_rules", "reverse", "VJP rule"),
+                                              ("_rules", "jvp", "JVP rule")])
+def test_raising_plugin_rule_is_located(op, detail, suffix, mode, what, raising_plugin,
+                                        tmp_path, capsys):
+    prog = write(tmp_path / "p.tdsl", "def f(param x: f32[3]) -> f32 {\n"
+                                      f"    y = {op}{suffix}(x)\n    return sum(y)\n}}\n")
+    rc, err = adc(["run", prog, "--mode", mode, "--plugin", raising_plugin], capsys)
+    assert rc == 1 and f"{prog}:2:9: error:" in err and "Traceback" not in err, err
+    assert f"plugin op '{op}{suffix}': its {what} failed ({detail}" in err, err
+    assert f"    y = {op}{suffix}(x)\n        ^\n" in err, err
+
+
+def test_raising_plugin_kernel_through_the_library(raising_plugin, capsys):
+    """Through adcompiler.api the same failures are `AdcError`s located at the op; an
+    interrupt still interrupts (the CLI says so and exits 130)."""
+    import adcompiler as adc_lib
+    from adcompiler.diagnostics import AdcError
+    adc_lib.load_plugins([str(raising_plugin)])
+    x = np.ones(3, np.float32)
+    for op in RAISING_OPS[:-1]:
+        m = adc_lib.compile_source(f"def f(param x: f32[3]) -> f32 {{\n    return sum({op}(x))\n"
+                                   "}\n", "lib.tdsl")
+        with pytest.raises(AdcError, match=f"plugin op '{op}': its kernel failed") as e:
+            adc_lib.function(m)(x)
+        assert e.value.loc is not None and (e.value.loc.line, e.value.loc.col) == (2, 16)
+    m = adc_lib.compile_source("def f(param x: f32[3]) -> f32 {\n    return sum("
+                               "raise_interrupt(x))\n}\n", "lib.tdsl")
+    with pytest.raises(KeyboardInterrupt):
+        adc_lib.function(m)(x)
+    prog = write(raising_plugin.parent / "i.tdsl", "def f(param x: f32[3]) -> f32 {\n"
+                                                   "    return sum(raise_interrupt(x))\n}\n")
+    rc, err = adc(["run", "--plugin", raising_plugin, "--mode", "forward", prog], capsys)
+    assert rc == 130 and "adc: interrupted" in err and "plugin op" not in err, err
+
+
 def test_plugin_calling_sys_exit(tmp_path, capsys):
     plugin = write(tmp_path / "exits_at_import.py", "import sys\nsys.exit(3)\n")
     rc, err = adc(["run", TINY, "--plugin", plugin], capsys)
