@@ -15,7 +15,7 @@ from typing import Any, Mapping
 import numpy
 
 from .dims import eval_dim, symbolic_slice
-from .inputs import convert_input
+from .inputs import convert_input, dim_conflict, shape_error
 from .errors import RunError, UnboundDimError  # noqa: F401  (raised here, imported from here)
 from .buffers import donations, plan_block, value_nbytes
 from .kernels import BUILTIN, DTYPES, ELEMENTWISE_OUT, KERNELS, OUT_KERNELS, OUT_RULES
@@ -52,24 +52,21 @@ def check_slices(idx, shape, sizes) -> None:
 def bind_dims(fn, arrays: list, dims: Mapping[str, int] | None = None) -> dict[str, int]:
     """Bind the symbolic dimensions of `fn`'s inputs from the arrays' shapes."""
     bound = dict(dims or {})
-    where: dict[str, str] = {k: "--bind" for k in bound}
+    where: dict[str, str] = {k: f"dims['{k}']" for k in bound}
     for arg, a in zip(fn.args, arrays):
         want = arg.type.shape
         if len(a.shape) != len(want):   # the wording of `adc run`'s input checks
-            raise RunError(f"input '{arg.name}' is declared {arg.type} but has shape "
-                           f"{tuple(a.shape)}")
+            raise shape_error(arg.name, str(arg.type), a.shape)
         for d, n in zip(want, a.shape):
             if _is_symbol(d):  # a polynomial dim (T-1) is checked once its symbols are bound
                 if d in bound and bound[d] != n:
-                    raise RunError(f"dimension '{d}' is {bound[d]} from {where[d]} but {n} "
-                                   f"from input '{arg.name}'")
+                    raise dim_conflict(d, bound[d], where[d], n, f"input '{arg.name}'")
                 bound[d], where[d] = n, f"input '{arg.name}'"
     for arg, a in zip(fn.args, arrays):
         want = tuple(resolve_dim(d, bound) for d in arg.type.shape)
         if tuple(a.shape) != want:
-            extra = "" if want == tuple(arg.type.shape) else f" (expected {want})"
-            raise RunError(f"input '{arg.name}' is declared {arg.type} but has shape "
-                           f"{tuple(a.shape)}{extra}")
+            raise shape_error(arg.name, str(arg.type), a.shape,
+                              None if want == tuple(arg.type.shape) else want)
     return bound
 
 

@@ -1,5 +1,6 @@
-"""The one rule for an input's data against its declared dtype, shared by the library's
-callables (`Runner`) and the ``adc`` command's input files.
+"""The one rule for an input's data against its declared dtype, and the one wording of a
+wrong shape or of two sizes for one dimension, shared by the library's callables (`Runner`,
+`bind_dims`) and the ``adc`` command's input files.
 
 Typed data (NumPy or CuPy arrays, ``.npz`` files) must be of the declared kind: float data
 for a float input (converted to the declared width), integers for an integer input (any
@@ -43,3 +44,17 @@ def convert_input(name: str, value: Any, dtype: str, type_text: str, xp, typed=N
     elif declared.kind == "b" and kind == "b":
         return arr
     raise RunError(f"input '{name}' is declared {type_text} but the data is {arr.dtype}")
+
+
+def shape_error(name: str, type_text: str, shape, expected=None) -> RunError:
+    """Input `name`, declared `type_text`, came with `shape`; `expected` is the declared shape
+    with its symbols bound, when that says more than `type_text`."""
+    extra = "" if expected is None else f" (expected {tuple(expected)})"
+    return RunError(f"input '{name}' is declared {type_text} but has shape "
+                    f"{tuple(int(n) for n in shape)}{extra}")
+
+
+def dim_conflict(dim: str, size: int, origin: str, other: int, other_origin: str) -> RunError:
+    """Symbolic dimension `dim` got `size` from `origin` (e.g. ``input 'x'``) and a different
+    size `other` from `other_origin`."""
+    return RunError(f"dimension '{dim}' is {size} from {origin} but {other} from {other_origin}")

@@ -66,6 +66,48 @@ def test_int32_labels_are_accepted_by_library_and_cli(tmp_path, capsys):
     np.testing.assert_allclose(np.load(tmp_path / "o.npz")["out"], expected, rtol=1e-6)
 
 
+SHAPED = "def f(x: f64[4], y: f64[B, 2], z: f64[B]) -> f64 {\n" \
+         "    return sum(x) + sum(y) + sum(z)\n}\n"
+
+
+@pytest.mark.parametrize("x,y,z,want", [
+    ((3,), (2, 2), (2,), "input 'x' is declared f64[4] but has shape (3,)"),
+    ((4, 1), (2, 2), (2,), "input 'x' is declared f64[4] but has shape (4, 1)"),
+    ((4,), (2,), (2,), "input 'y' is declared f64[B, 2] but has shape (2,)"),
+    ((4,), (2, 3), (2,),
+     "input 'y' is declared f64[B, 2] but has shape (2, 3) (expected (2, 2))"),
+    ((4,), (2, 2), (3,), "dimension 'B' is 2 from input 'y' but 3 from input 'z'"),
+])
+def test_shape_messages_are_one_for_library_and_cli(x, y, z, want, tmp_path, capsys):
+    """The library's `RunError` and the CLI's error (after the data file's name) say the
+    same words for a wrong rank, a wrong fixed size and a dimension two inputs disagree on."""
+    arrays = {"x": np.ones(x), "y": np.ones(y), "z": np.ones(z)}
+    with pytest.raises(adc.RunError) as e:
+        adc.function(SHAPED)(**arrays)
+    assert e.value.message == want
+    (tmp_path / "f.tdsl").write_text(SHAPED)
+    np.savez(tmp_path / "in.npz", **arrays)
+    assert main(["run", str(tmp_path / "f.tdsl"), "--mode", "forward", "--inputs",
+                 str(tmp_path / "in.npz")]) == 1
+    (line,) = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error:")]
+    assert line.removeprefix("error: ").removeprefix(f"{tmp_path / 'in.npz'}: ") == want
+
+
+def test_dimension_given_and_from_an_input(tmp_path, capsys):
+    """A size given for a dimension (dims=, --bind) that an input contradicts names where it
+    came from in each interface's own terms."""
+    arrays = {"x": np.ones(4), "y": np.ones((2, 2)), "z": np.ones(2)}
+    with pytest.raises(adc.RunError) as e:
+        adc.function(SHAPED, dims={"B": 3})(**arrays)
+    assert e.value.message == "dimension 'B' is 3 from dims['B'] but 2 from input 'y'"
+    (tmp_path / "f.tdsl").write_text(SHAPED)
+    np.savez(tmp_path / "in.npz", **arrays)
+    assert main(["run", str(tmp_path / "f.tdsl"), "--mode", "forward", "--bind", "B=3",
+                 "--inputs", str(tmp_path / "in.npz")]) == 1
+    assert "error: dimension 'B' is 3 from --bind but 2 from input 'y'" in \
+        capsys.readouterr().err
+
+
 def test_shape_errors_read_as_the_cli_s(tmp_path, capsys):
     src = "def f(param x: f64[4], y: f64[B, 2]) -> f64 {\n    return sum(x) + sum(y)\n}\n"
     f = adc.function(src)

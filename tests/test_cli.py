@@ -187,7 +187,7 @@ def test_bind_conflicting_with_an_input(capsys):
     code, _, err = run_main(capsys, "run", MLP, "--inputs", SAMPLES / "mlp.json",
                             "--bind", "B=5")
     assert code == 1
-    assert "dimension B is 5 from --bind but 6 from input 'x'" in err
+    assert "dimension 'B' is 5 from --bind but 6 from input 'x'" in err
 
 
 def test_inconsistent_dims_between_inputs(capsys, tmp_path):
@@ -196,7 +196,7 @@ def test_inconsistent_dims_between_inputs(capsys, tmp_path):
     path = write(tmp_path / "in.json", json.dumps(data))
     code, _, err = run_main(capsys, "run", MLP, "--inputs", path)
     assert code == 1
-    assert "dimension B is 6 from input 'x' but 4 from input 'labels'" in err
+    assert "dimension 'B' is 6 from input 'x' but 4 from input 'labels'" in err
 
 
 # ---- data-file errors: each names the input, exit 1, no traceback ----------------------

@@ -13,6 +13,8 @@ from typing import Mapping
 
 import numpy as np
 
+from adc_runtime.inputs import dim_conflict, shape_error
+
 from ..diagnostics import AdcError, Loc, RunError
 from ..ir.core import Function
 from ..ir.types import NUMPY_DTYPE, TensorType, dim_symbols, is_symbol, resolve_dim
@@ -66,27 +68,27 @@ class DimBinder:
 
     def bind(self, sym: str, size: int, origin: str) -> None:
         if sym in self.env and self.env[sym] != size:
-            raise AdcError(f"dimension {sym} is {self.env[sym]} from {self.origin[sym]} but "
-                           f"{size} from {origin}")
+            raise dim_conflict(sym, self.env[sym], self.origin[sym], size, origin)
         self.env.setdefault(sym, size)
         self.origin.setdefault(sym, origin)
 
     def check_shape(self, name: str, shape: tuple, t: TensorType, path: str) -> None:
-        """Bind the symbols of `t` from the actual `shape`; a mismatch names the input."""
-        bad = AdcError(f"{path}: input '{name}' is declared {t} but has shape "
-                       f"({', '.join(map(str, shape))}{',' if len(shape) == 1 else ''})")
+        """Bind the symbols of `t` from the actual `shape`; a mismatch names the input (in
+        the library's words, `adc_runtime.inputs.shape_error`, after the file's name)."""
+        def bad() -> AdcError:
+            want = tuple(resolve_dim(d, self.env) if known(d) else d for d in t.shape)
+            e = shape_error(name, str(t), shape, None if want == tuple(t.shape) else want)
+            return AdcError(f"{path}: {e.message}")
+
+        def known(d) -> bool:  # polynomial dims (2*B, T-1) are checked once all is bound
+            return isinstance(d, int) or all(s in self.env for s in dim_symbols(d))
         if len(shape) != len(t.shape):
-            raise bad
+            raise bad()
         for d, n in zip(t.shape, shape):
-            if isinstance(d, int):
-                if d != n:
-                    raise bad
-            elif is_symbol(d):
+            if is_symbol(d):
                 self.bind(d, n, f"input '{name}'")
-        for d, n in zip(t.shape, shape):  # polynomial dims (2*B, T-1), once all is bound
-            if isinstance(d, str) and all(s in self.env for s in dim_symbols(d)) \
-                    and resolve_dim(d, self.env) != n:
-                raise bad
+        if any(known(d) and resolve_dim(d, self.env) != n for d, n in zip(t.shape, shape)):
+            raise bad()
 
 
 def check_inputs(fn: Function, data: dict, path: str, binder: DimBinder) -> dict:
