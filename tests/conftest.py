@@ -24,3 +24,21 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def op_tables_left_as_found():
+    """Each test leaves the op registry and the runtime's kernel tables as it found them (an
+    op a test registers, it unregisters): a leak fails the test that leaks, not a later one
+    that happens to run after it."""
+    from adc_runtime.kernels import FRESH, KERNELS, OUT_KERNELS
+    from adcompiler.ops import registry
+    tables = {"op registry": registry.REGISTRY, "KERNELS": KERNELS, "FRESH": FRESH,
+              "OUT_KERNELS": OUT_KERNELS}
+    before = {name: dict(t) for name, t in tables.items()}
+    yield
+    for name, table in tables.items():
+        added = sorted(set(table) - set(before[name]))
+        removed = sorted(set(before[name]) - set(table))
+        assert not added and not removed, f"{name}: the test left {added} registered " \
+                                          f"and {removed} unregistered"

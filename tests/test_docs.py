@@ -31,7 +31,7 @@ import pytest
 import adcompiler as adc
 from adcompiler.ops import registry
 from adcompiler.passes.pipeline import PASSES, _discover
-from adc_runtime.kernels import KERNELS
+from adc_runtime.kernels import FRESH, KERNELS
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = sorted((ROOT / "docs").glob("*.md"))
@@ -64,13 +64,14 @@ def scratch(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         [str(tmp_path), str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     _discover()  # register the built-in passes first: they are imported only once
-    saved = dict(registry.REGISTRY), dict(KERNELS), dict(PASSES), set(sys.modules)
+    tables = (registry.REGISTRY, KERNELS, FRESH, PASSES)  # all that register_op fills
+    saved, modules = [dict(t) for t in tables], set(sys.modules)
     yield tmp_path
-    for table, old in zip((registry.REGISTRY, KERNELS, PASSES), saved):
+    for table, old in zip(tables, saved):
         for key in set(table) - set(old):
             del table[key]
         table.update(old)
-    for name in set(sys.modules) - saved[3]:
+    for name in set(sys.modules) - modules:
         if getattr(sys.modules[name], "__file__", "") and \
                 str(tmp_path) in sys.modules[name].__file__:
             del sys.modules[name]
