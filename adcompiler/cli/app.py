@@ -7,8 +7,11 @@ Exit status: 0 success; 1 an error in the program, its data or a failed check (r
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+import threading
 import traceback
 import warnings
 
@@ -186,6 +189,36 @@ def _render(err: AdcError) -> str:
     return render(err, read_source(err.loc.file) if err.loc else None)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP arrived while a command ran. A `KeyboardInterrupt`, so that what
+    stops cleanly on Ctrl-C (no output file written or half-written, no error reported as
+    the program's) stops the same way."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _termination_stops_the_command():
+    """While a command runs, SIGTERM and SIGHUP raise `Terminated` (in the main thread, and
+    only where they would otherwise end the process at once)."""
+    def stop(signum, frame):
+        raise Terminated(signum)
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for name in ("SIGTERM", "SIGHUP"):
+            sig = getattr(signal, name, None)
+            if sig is not None and signal.getsignal(sig) is signal.SIG_DFL:
+                previous[sig] = signal.signal(sig, stop)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the ``adc`` command line; returns the exit status (argparse exits 2 itself)."""
     parser = build_parser()
@@ -208,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
             from .compile import load_module
             from .inputs import check_binds
             check_binds(list(load_module(args.file).functions.values()), args.bind)
-        with fewer_collections(), warnings.catch_warnings(), np.errstate(all="ignore"):
+        with fewer_collections(), warnings.catch_warnings(), np.errstate(all="ignore"), \
+                _termination_stops_the_command():
             # a command builds large IR: see `ir.gcpause`; NaN and Inf in a run are
             # reported at the op that produced them (nonfinite), not by NumPy
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -221,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # stdout closed early (`adc run ... | head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except Terminated as e:  # exit 128 + N, as a shell reports a process ended by signal N
+        print(f"adc: stopped by {signal.Signals(e.signum).name}", file=sys.stderr)
+        return 128 + e.signum
     except KeyboardInterrupt:
         print("adc: interrupted", file=sys.stderr)
         return 130
