@@ -1,4 +1,5 @@
-"""Frontend fuzzing: random and mutated source text (from samples/*.tdsl) fed to the compiler.
+"""Frontend fuzzing: mutated and random source text (the fuzz target's mutator,
+tests/fuzz/mutate.py) fed to the compiler and the derivative passes directly.
 
 Every input either compiles or raises an `AdcError` located at a line and column of the
 input (never another exception, an "internal compiler error" or a hang); programs that
@@ -12,8 +13,8 @@ CI tries a bounded number of inputs; a longer run (the count is printed with ``-
 from __future__ import annotations
 
 import os
-import random
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -24,65 +25,20 @@ from adcompiler.frontend import compile_source
 from adcompiler.passes.jvp import JVP
 from adcompiler.passes.reverse import Reverse
 
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fuzz"))
+from mutate import Mutator  # noqa: E402  (the fuzz target's mutator)
+
 SAMPLES = {p.name: p.read_text() for p in sorted(Path(__file__).parent.parent.glob(
     "samples/*.tdsl"))}
 N_INPUTS = int(os.environ.get("ADC_FUZZ_INPUTS", "1000"))
-TOKEN = re.compile(r"\s+|#[^\n]*|[A-Za-z_][A-Za-z0-9_]*|\d+\.?\d*(?:[eE][-+]?\d+)?|"
-                   r"\"[^\"\n]*\"|\*\*|->|<=|>=|==|!=|.", re.S)
-EXTRA = ["def", "grad", "tangent", "param", "for", "in", "range", "return", "true", "false",
-         "f16", "f32", "f64", "i32", "i64", "bool", "(", ")", "[", "]", "{", "}", ",", ":",
-         "=", "@", "**", "-", "+", "/", "<", "==", "->", ".", ";", "\n", "0", "-1", "1e999",
-         "9" * 25, "0.5", '"ij,jk->ik"', "x", "i", "B", "T", "sum", "einsum", "reshape",
-         "transpose", "softmax", "take", "where", "cast", "axis=", "keepdims=true", "[:",
-         "::-1]", "\x00", "\t", "é", "\ufeff", "\\"]
-
-
-def tokens(text: str) -> list[str]:
-    return TOKEN.findall(text)
-
-
-def mutate(rng: random.Random, text: str, pool: list[str]) -> str:
-    """`text` with 1-4 token-level edits (delete, duplicate, swap, replace, insert, splice)."""
-    toks = tokens(text)
-    for _ in range(rng.randint(1, 4)):
-        if not toks:
-            toks = [rng.choice(pool)]
-        k = rng.randrange(len(toks))
-        r = rng.random()
-        if r < 0.2:
-            del toks[k:k + rng.randint(1, 3)]
-        elif r < 0.3:
-            toks.insert(k, toks[k])
-        elif r < 0.4 and k + 1 < len(toks):
-            toks[k], toks[k + 1] = toks[k + 1], toks[k]
-        elif r < 0.7:
-            toks[k] = rng.choice(pool)
-        elif r < 0.8 and toks[k][:1].isdigit():
-            toks[k] = rng.choice(["0", "1", "7", "-2", "1e999", "3.5", "9" * 25])
-        elif r < 0.9:
-            toks.insert(k, rng.choice(pool))
-        else:
-            j = rng.randrange(len(toks))
-            toks[k:k] = toks[j:j + rng.randint(1, 12)]
-    return "".join(toks)
-
-
-def random_text(rng: random.Random, pool: list[str]) -> str:
-    if rng.random() < 0.5:
-        return "".join(rng.choice(pool) for _ in range(rng.randint(0, 60)))
-    alphabet = "abcdefxyz_019()[]{},:;=+-*/@<>.\"# \n\t"
-    return "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 200)))
 
 
 def inputs(seed: int, n: int):
-    rng = random.Random(seed)
-    pool = sorted({t for s in SAMPLES.values() for t in tokens(s) if not t.isspace()}) + EXTRA
-    texts = list(SAMPLES.values())
+    """`n` sources from the fuzz target's mutator: mostly its TDSL mutations of the samples
+    and conformance programs, some token and character soup."""
+    m = Mutator(seed, sizes=(10, 50))
     for _ in range(n):
-        if rng.random() < 0.85:
-            yield mutate(rng, rng.choice(texts), pool)
-        else:
-            yield random_text(rng, pool)
+        yield m.tdsl_case() if m.rng.random() < 0.85 else m.random_text()
 
 
 def check_one(src: str) -> str:

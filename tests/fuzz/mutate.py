@@ -4,8 +4,8 @@ conformance programs, with the constructs that break compilers pushed to extreme
 Strategies: token edits (delete, duplicate, swap, replace, insert), character edits with
 line-breaking and control characters (NUL, form feed, U+2028, ...), splices of one
 program into another, deep nesting of every construct (parentheses, unary minus, lists,
-calls, indexing, loops, ``**`` chains, long sums), huge literals, and edits of printed IR
-(its tokens, its locations and attribute values)."""
+calls, indexing, loops, ``**`` chains, long sums), huge literals, edits of printed IR
+(its tokens, its locations and attribute values), and token or character soup."""
 from __future__ import annotations
 
 import random
@@ -112,6 +112,14 @@ class Mutator:
         return (f"def f(param x: f32[3]) -> f32 {{\n    y = x\n    {body}\n"
                 f"    return sum(y)\n}}\n")
 
+    def random_text(self) -> str:
+        """No program at all: a soup of tokens, or of characters that TDSL uses."""
+        rng = self.rng
+        if rng.random() < 0.5:
+            return "".join(rng.choice(self.pool) for _ in range(rng.randint(0, 60)))
+        alphabet = "abcdefxyz_019()[]{},:;=+-*/@<>.\"# \n\t"
+        return "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 200)))
+
     def ir_edits(self, text: str) -> str:
         rng = self.rng
         r = rng.random()
@@ -166,14 +174,19 @@ class Mutator:
             return "ir", self.ir_edits(rng.choice(self.ir))
         if rng.random() < 0.1:
             return "data", self.data()
+        return "tdsl", self.tdsl_case()
+
+    def tdsl_case(self) -> str:
+        """TDSL text: a program mutated by one of the strategies, or a nested one."""
+        rng = self.rng
         r = rng.random()
         base = rng.choice(self.texts)
         if r < 0.45:
-            return "tdsl", self.token_edits(base, self.pool)
+            return self.token_edits(base, self.pool)
         if r < 0.65:
-            return "tdsl", self.char_edits(base)
+            return self.char_edits(base)
         if r < 0.75:
-            return "tdsl", self.splice(base)
+            return self.splice(base)
         if r < 0.9:
-            return "tdsl", self.nesting()
-        return "tdsl", self.char_edits(self.token_edits(base, self.pool))
+            return self.nesting()
+        return self.char_edits(self.token_edits(base, self.pool))
