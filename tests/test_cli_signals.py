@@ -18,6 +18,14 @@ MESSAGES = {signal.SIGINT: "adc: interrupted", signal.SIGTERM: "adc: stopped by 
             signal.SIGHUP: "adc: stopped by SIGHUP"}
 
 
+def default_dispositions() -> None:
+    """In the child: the signals' default actions, whatever this process inherited (a test
+    run started in the background ignores SIGINT, nohup SIGHUP, and an ignored signal
+    stays ignored: adc leaves it so)."""
+    for sig in MESSAGES:
+        signal.signal(sig, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("mode,sig,existing", [
     ("forward", signal.SIGINT, False), ("forward", signal.SIGTERM, True),
     ("jvp", signal.SIGTERM, False), ("jvp", signal.SIGHUP, True)])
@@ -29,7 +37,8 @@ def test_endless_loop_stops_cleanly(mode, sig, existing, tmp_path):
         out.write_bytes(b"old")
     proc = subprocess.Popen([sys.executable, "-m", "adcompiler", "run", str(prog), "--mode",
                              mode, "--out", str(out)], cwd=tmp_path, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=default_dispositions)
     try:
         # the run announces its random inputs just before it starts the loop
         assert "random inputs" in proc.stderr.readline()
