@@ -369,6 +369,18 @@ def test_loop_tape_beyond_memory_refused_before_running(tmp_path, capsys):
     assert "29.10 TiB" in err, err
 
 
+@pytest.mark.parametrize("mode", ["forward", "jvp"])
+def test_intermediate_beyond_memory_refused_before_running(mode, tmp_path, capsys):
+    """An array the program makes (not an input, not a loop's tape) that needs TiB: the
+    run's predicted peak is refused, at the op where it is reached, before any allocation."""
+    prog = _prog(tmp_path, "def f(param x: f32[2]) -> f32 {\n"
+                           "    y = zeros([1000000, 1000000])\n"
+                           "    return sum(y) + sum(x)\n}\n")
+    rc, err = adc(["run", prog, "--mode", mode, "--max-memory", "1GiB"], capsys)
+    assert rc == 1 and f"{prog}:3:" in err and "predicted peak live memory" in err, err
+    assert "3.64 TiB (4,000,000,000," in err and "memory limit of 1.00 GiB" in err, err
+
+
 def test_max_memory_refuses_inputs_then_the_run_then_allows_it(tmp_path, capsys):
     prog = _prog(tmp_path, "def f(param x: f64[1000]) -> f64 {\n    return sum(x)\n}\n")
     rc, err = adc(["run", prog, "--max-memory", "4000"], capsys)

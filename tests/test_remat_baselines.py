@@ -109,6 +109,36 @@ def test_stats_never_claim_optimal_after_a_deadline(tmp_path):
     assert peak == stats["peak_bytes_predicted"] < stats["peak_bytes_store_all"]
 
 
+def test_a_stopped_solve_is_no_worse_than_the_baselines(tmp_path):
+    """A chain of 50 `**` stopped at a deadline far too short to prove anything still
+    returns a schedule whose peak is no higher than either baseline's (its incumbents)."""
+    m, inputs = compiled(tmp_path, pow_chain(50))
+    sched = schedule(m, "min-memory", time_limit=0.001)
+    _, peak = measure(sched.module, inputs)
+    for solver in ("chen", "mincut"):
+        out, _ = schedule_baseline(m, "f_grad", {}, solver)
+        assert peak <= measure(out, inputs)[1], solver
+
+
+def test_milp_deadline_grows_with_the_model_and_is_capped():
+    from adcompiler.remat.milp import deadline
+    assert deadline(0) == 5.0 and deadline(10_000) == pytest.approx(7.0)  # 2 ms per ten
+    assert deadline(10**6) == 10.0 and deadline(10**5, limit=60) == pytest.approx(25.0)
+
+
+def test_a_solve_past_its_first_second_shows_progress(capsys):
+    import time
+
+    from adcompiler.remat.milp import _Progress
+    with _Progress("straight-line MILP (1,234 variables)", 7.5):
+        time.sleep(0.2)
+    assert capsys.readouterr().err == ""                    # a quick solve says nothing
+    with _Progress("straight-line MILP (1,234 variables)", 7.5):
+        time.sleep(1.6)
+    assert "remat: straight-line MILP (1,234 variables): 1 s of at most 7.5 s" in \
+        capsys.readouterr().err
+
+
 def test_stats_optimal_when_proven(tmp_path):
     m, _ = compiled(tmp_path, mlp(2))
     stats = consistent(remat_stats(m, schedule(m, "min-memory", time_limit=60)))
