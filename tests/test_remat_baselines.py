@@ -126,19 +126,6 @@ def test_milp_deadline_grows_with_the_model_and_is_capped():
     assert deadline(10**6) == 10.0 and deadline(10**5, limit=60) == pytest.approx(25.0)
 
 
-def test_a_solve_past_its_first_second_shows_progress(capsys):
-    import time
-
-    from adcompiler.remat.milp import _Progress
-    with _Progress("straight-line MILP (1,234 variables)", 7.5):
-        time.sleep(0.2)
-    assert capsys.readouterr().err == ""                    # a quick solve says nothing
-    with _Progress("straight-line MILP (1,234 variables)", 7.5):
-        time.sleep(1.6)
-    assert "remat: straight-line MILP (1,234 variables): 1 s of at most 7.5 s" in \
-        capsys.readouterr().err
-
-
 def test_stats_optimal_when_proven(tmp_path):
     m, _ = compiled(tmp_path, mlp(2))
     stats = consistent(remat_stats(m, schedule(m, "min-memory", time_limit=60)))
