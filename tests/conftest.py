@@ -31,9 +31,9 @@ def op_tables_left_as_found():
     """Each test leaves the op registry and the runtime's kernel tables as it found them (an
     op a test registers, it unregisters): a leak fails the test that leaks, not a later one
     that happens to run after it."""
-    from adc_runtime.kernels import FRESH, KERNELS, OUT_KERNELS, PLUGIN_OPS
+    from adc_runtime.kernels import KERNELS, OUT_KERNELS, PLUGIN_OPS
     from adcompiler.ops import registry
-    tables = {"op registry": registry.REGISTRY, "KERNELS": KERNELS, "FRESH": FRESH,
+    tables = {"op registry": registry.REGISTRY, "KERNELS": KERNELS,
               "OUT_KERNELS": OUT_KERNELS, "PLUGIN_OPS": PLUGIN_OPS}
     before = {name: set(t) for name, t in tables.items()}
     yield

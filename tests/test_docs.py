@@ -31,7 +31,7 @@ import pytest
 import adcompiler as adc
 from adcompiler.ops import registry
 from adcompiler.passes.pipeline import PASSES, _discover
-from adc_runtime.kernels import FRESH, KERNELS, PLUGIN_OPS
+from adc_runtime.kernels import KERNELS, PLUGIN_OPS
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = sorted((ROOT / "docs").glob("*.md"))
@@ -64,7 +64,7 @@ def scratch(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         [str(tmp_path), str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     _discover()  # register the built-in passes first: they are imported only once
-    tables = (registry.REGISTRY, KERNELS, FRESH, PASSES)  # what register_op fills (and a set)
+    tables = (registry.REGISTRY, KERNELS, PASSES)  # what register_op fills (and a set)
     saved, modules, plugin_ops = [dict(t) for t in tables], set(sys.modules), set(PLUGIN_OPS)
     yield tmp_path
     for table, old in zip(tables, saved):
