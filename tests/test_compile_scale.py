@@ -155,6 +155,7 @@ def test_a_pipeline_copies_its_input_once_and_leaves_it_untouched(monkeypatch):
     assert len(copies) == 1 and copies[0] is module
     assert print_module(module) == before and out is not module
     out2 = run_pipeline(module, "inline,cse,scan-inputs,reverse{wrt=w fn=chain},cse,dce")
-    # once before reverse, once by reverse itself (its inlining), once after it
-    assert len(copies) == 4
+    # once before reverse and once by reverse itself (its inlining); the passes after it
+    # rewrite the module reverse returned, which shares nothing with its input
+    assert len(copies) == 3
     assert print_module(module) == before and "chain_grad" in out2

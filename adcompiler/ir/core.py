@@ -59,12 +59,18 @@ class Op:
                  result_names=None):
         self.name = name
         self.operands: list[Value] = list(operands)
-        self.attrs: dict[str, Any] = dict(attrs or {})
-        names = list(result_names or [None] * len(result_types))
-        self.results = [Value(t, n, self, k) for k, (t, n) in enumerate(zip(result_types, names))]
-        self.regions: list[Block] = list(regions or [])
-        for r in self.regions:
-            r.parent = self
+        self.attrs: dict[str, Any] = dict(attrs) if attrs else {}
+        if result_names:
+            self.results = [Value(t, n, self, k)
+                            for k, (t, n) in enumerate(zip(result_types, result_names))]
+        else:
+            self.results = [Value(t, None, self, k) for k, t in enumerate(result_types)]
+        if regions:
+            self.regions: list[Block] = list(regions)
+            for r in self.regions:
+                r.parent = self
+        else:
+            self.regions = []
         self.loc = loc
         self.parent: Block | None = None
 

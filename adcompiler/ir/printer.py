@@ -132,6 +132,23 @@ class Printer:
     def __init__(self):
         self.lines: list[str] = []
         self.name = Namer()
+        # texts of the types, file names and attribute keys printed so far: a program of
+        # many ops has few distinct ones, each formatted once
+        self.types: dict[TensorType, str] = {}
+        self.files: dict[str, str] = {}
+        self.op_names: set[str] = set()
+
+    def type(self, t: TensorType) -> str:
+        text = self.types.get(t)
+        if text is None:
+            text = self.types[t] = format_type(t)
+        return text
+
+    def loc(self, loc) -> str:
+        f = self.files.get(loc.file)
+        if f is None:
+            f = self.files[loc.file] = _quote(loc.file)
+        return f"loc({f}:{loc.line}:{loc.col})"
 
     def function(self, f: Function) -> None:
         args = []
@@ -154,21 +171,24 @@ class Printer:
 
     def op(self, op: Op, depth: int) -> None:
         pad = INDENT * depth
-        if not _OP_NAME.match(op.name):
-            raise ValueError(f"cannot print op name {op.name!r}")
+        if op.name not in self.op_names:
+            if not _OP_NAME.match(op.name):
+                raise ValueError(f"cannot print op name {op.name!r}")
+            self.op_names.add(op.name)
+        name = self.name
         text = pad
         if op.results:
-            text += ", ".join(self.name(r) for r in op.results) + " = "
-        text += f"{op.name}({', '.join(self.name(v) for v in op.operands)})"
+            text += ", ".join([name(r) for r in op.results]) + " = "
+        text += f"{op.name}({', '.join([name(v) for v in op.operands])})"
         if op.attrs:
             text += " " + format_attrs(op.attrs)
         if op.results:
-            text += " : " + ", ".join(format_type(r.type) for r in op.results)
+            text += " : " + ", ".join([self.type(r.type) for r in op.results])
         if op.loc is not None:
-            text += " " + format_loc(op.loc)
+            text += " " + self.loc(op.loc)
         for region in op.regions:
             self.lines.append(text + " {")
-            args = ", ".join(f"{self.name(a)}: {format_type(a.type)}" for a in region.args)
+            args = ", ".join(f"{self.name(a)}: {self.type(a.type)}" for a in region.args)
             self.lines.append(f"{pad}^({args}):")
             self.block_ops(region, depth + 1)
             text = pad + "}"

@@ -110,6 +110,29 @@ def match_op(pat: P, op, env: dict) -> bool:
     return False
 
 
+def may_match(pat: P, op, swap: bool) -> bool:
+    """A quick necessary condition for `match_op` (`swap`: `op` is commutative): each
+    operand is defined by the op its pattern names, or passes its leaf test. Most ops fail
+    it, and cheaply, before a full match copies any bindings."""
+    args, operands = pat.args, op.operands
+    if len(args) != len(operands):
+        return False
+    return _roots_match(args, operands) or (swap and _roots_match(args, operands[::-1]))
+
+
+def _roots_match(args: tuple, operands) -> bool:
+    for pat, v in zip(args, operands):
+        if isinstance(pat, str):
+            continue
+        if isinstance(pat, P):
+            op = v.defining_op
+            if op is None or op.name != pat.name:
+                return False
+        elif not _match(pat, v, {}):
+            return False
+    return True
+
+
 # ---- rewrite helpers ------------------------------------------------------------------
 
 def bound(name: str) -> Rewrite:

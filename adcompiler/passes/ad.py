@@ -48,6 +48,9 @@ class ADPass(ModulePass):
 
     wrt: tuple[str, ...] = ()
     fn: str = ""
+    # the module `derive` returns shares nothing with its input: a pipeline may let the
+    # next pass mutate it without another copy
+    returns_fresh_module = True
 
     def __call__(self, module: Module) -> Module:
         return self.run(module)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from ..ir.builder import Builder
 from ..ir.core import Block, Function, Module, Op, UseLists, Value
 from ..ops import registry
-from ..ops.patterns import Pattern, all_patterns, match_op
+from ..ops.patterns import Pattern, all_patterns, match_op, may_match
 from .pipeline import FunctionPass, register_pass
 
 
@@ -63,7 +63,15 @@ class _Driver:
         for region in op.regions:
             self.block(region)
         self.visits += 1
-        for pat in self.table.get(op.name, ()):
+        pats = self.table.get(op.name)
+        if pats is None:
+            op.parent = block
+            block.ops.append(op)
+            return
+        swap = len(op.operands) == 2 and registry.get(op.name).has("commutative")
+        for pat in pats:
+            if not may_match(pat.match, op, swap):
+                continue
             env = {"op": op}
             if not match_op(pat.match, op, env):
                 continue

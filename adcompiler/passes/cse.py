@@ -10,7 +10,6 @@ Merged: pure registry ops without regions (not ``impure``). Not merged: ``call``
 """
 from __future__ import annotations
 
-from collections import ChainMap
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,27 +38,65 @@ def mergeable(op: Op) -> bool:
 
 
 def expression_key(op: Op) -> tuple:
-    operands = list(op.operands)
-    if len(operands) == 2 and registry.get(op.name).has("commutative"):
-        operands.sort(key=lambda v: v.uid)
-    return (op.name, tuple(operands), freeze(op.attrs), tuple(r.type for r in op.results))
+    operands = op.operands
+    if len(operands) == 2 and registry.get(op.name).has("commutative") \
+            and operands[1].uid < operands[0].uid:
+        operands = operands[::-1]
+    attrs = freeze(op.attrs) if op.attrs else ()
+    return (op.name, tuple(operands), attrs, tuple(r.type for r in op.results))
 
 
-def cse_block(block: Block, scope: ChainMap, mapping: dict[Value, Value]) -> int:
+class _Scopes:
+    """The expressions seen so far, one flat table for all scopes: a region's entries are
+    taken out again when it ends (an undo list per scope), so a lookup costs one probe
+    however deeply the regions nest. An inner scope never shadows a key: a key already
+    seen is merged, not entered again."""
+
+    def __init__(self):
+        self.table: dict[tuple, Op] = {}
+        self.added: list[list[tuple]] = [[]]
+
+    def get(self, key: tuple) -> Op | None:
+        return self.table.get(key)
+
+    def put(self, key: tuple, op: Op) -> None:
+        self.table[key] = op
+        self.added[-1].append(key)
+
+    def enter(self) -> None:
+        self.added.append([])
+
+    def leave(self) -> None:
+        for key in self.added.pop():
+            del self.table[key]
+
+
+def _mergeable_names() -> frozenset[str]:
+    return frozenset(n for n, d in registry.REGISTRY.items() if not d.has("impure"))
+
+
+def cse_block(block: Block, scope: _Scopes, mapping: dict[Value, Value],
+              pure: frozenset[str] | None = None) -> int:
     """Merge ops of `block` with those in `scope`; returns how many ops were removed."""
+    pure = _mergeable_names() if pure is None else pure
     removed, kept = 0, []
+    get = mapping.get
     for op in block.ops:
-        op.operands = [mapping.get(v, v) for v in op.operands]
-        for region in op.regions:
-            removed += cse_block(region, scope.new_child(), mapping)
-        if mergeable(op):
+        if mapping:
+            op.operands = [get(v, v) for v in op.operands]
+        if op.regions:
+            for region in op.regions:
+                scope.enter()
+                removed += cse_block(region, scope, mapping, pure)
+                scope.leave()
+        elif op.name in pure:
             key = expression_key(op)
             prior = scope.get(key)
             if prior is not None:
                 mapping.update(zip(op.results, prior.results))
                 removed += 1
                 continue
-            scope[key] = op
+            scope.put(key, op)
         kept.append(op)
     block.ops = kept
     return removed
@@ -71,4 +108,4 @@ class CSE(FunctionPass):
     """Hash-cons pure ops so that each expression is computed once per scope."""
 
     def run_on_function(self, fn: Function, module: Module) -> None:
-        cse_block(fn.body, ChainMap(), {})
+        cse_block(fn.body, _Scopes(), {})

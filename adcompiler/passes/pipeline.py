@@ -257,7 +257,8 @@ def apply_pass(p, module: Module, owned: bool) -> tuple[Module, bool]:
         if not owned:
             module = clone_module(module)
         return p.run(module), True
-    return p(module), False  # any other callable: its result may share parts with its input
+    # any other callable: its result may share parts with its input, unless it says not
+    return p(module), bool(getattr(p, "returns_fresh_module", False))
 
 
 def _run(module: Module, passes: list, print_ir_after_all: bool, verify: bool,
