@@ -26,14 +26,10 @@ class Builder:
         self.index = index  # insertion position; None appends
 
     # -- positioning -------------------------------------------------------------------
-    @contextmanager
-    def at(self, loc: Loc | None):
-        """Temporarily set the location given to new ops (derivative ops use the primal's)."""
-        saved, self.loc = self.loc, loc if loc is not None else self.loc
-        try:
-            yield self
-        finally:
-            self.loc = saved
+    def at(self, loc: Loc | None) -> "_At":
+        """Temporarily set the location given to new ops (derivative ops use the primal's):
+        ``with b.at(op.loc): ...``."""
+        return _At(self, loc)
 
     @contextmanager
     def inside(self, block: Block):
@@ -104,3 +100,23 @@ class Builder:
                 {"n": n, "n_carry": len(carry_init), "reverse": reverse},
                 regions=[body], loc=self.loc, result_names=result_names)
         return self.insert(op)
+
+
+class _At:
+    """`Builder.at`'s context: a class, not a generator, since the derivative passes enter
+    one per op."""
+
+    __slots__ = ("b", "loc", "saved")
+
+    def __init__(self, b: Builder, loc: Loc | None):
+        self.b, self.loc = b, loc
+
+    def __enter__(self) -> Builder:
+        b = self.b
+        self.saved = b.loc
+        if self.loc is not None:
+            b.loc = self.loc
+        return b
+
+    def __exit__(self, *exc) -> None:
+        self.b.loc = self.saved

@@ -61,11 +61,15 @@ def _numeric_unary(name):
 def _broadcast(name, *, float_result=False, result_dtype=None):
     """Type rule of an op whose operands broadcast together (NumPy rules)."""
     def infer(types, attrs):
-        try:
-            shape = broadcast_shapes(*(t.shape for t in types))
-            dtype = join_dtypes(*(t.dtype for t in types))
-        except ShapeError as e:
-            raise ShapeError(f"{name}: {e.message}") from None
+        first = types[0]
+        if all(t == first for t in types):  # the common case: nothing to broadcast or join
+            shape, dtype = first.shape, first.dtype
+        else:
+            try:
+                shape = broadcast_shapes(*(t.shape for t in types))
+                dtype = join_dtypes(*(t.dtype for t in types))
+            except ShapeError as e:
+                raise ShapeError(f"{name}: {e.message}") from None
         if result_dtype is not None:
             return TensorType(result_dtype, shape)
         if dtype == "bool":

@@ -21,33 +21,62 @@ from ..ops.registry import has_trait
 from .pipeline import FunctionPass, register_pass
 
 
-def _impure(op: Op, module: Module | None) -> bool:
-    """Whether `op` must stay even if its results are unused."""
-    return has_trait(op, "terminator") or _effects(op, module)
+class _Effects:
+    """Whether ops must stay although their results are unused, remembered per callee and
+    per region op: each callee and each loop body is walked once per run, however many
+    calls and enclosing loops lead to it. A call back into a callee being examined adds
+    nothing; an answer that met such a call depends on the path to it, and is not kept."""
+
+    def __init__(self, module: Module | None):
+        self.module = module
+        self.known: dict = {}        # callee name or region op -> its answer
+        self.open: set[str] = set()  # the callees being examined
+        self.cycles = 0              # calls met back into an open callee
+
+    def impure(self, op: Op) -> bool:
+        """Whether `op` must stay even if its results are unused."""
+        return has_trait(op, "terminator") or self.effects(op)
+
+    def effects(self, op: Op) -> bool:
+        """Whether `op` or anything it contains or calls is impure (unknown callees are)."""
+        if has_trait(op, "terminator"):
+            return False
+        if has_trait(op, "calls"):
+            name = op.attrs["callee"]
+            if self.module is None or name not in self.module:
+                return True
+            if name in self.open:
+                self.cycles += 1
+                return False
+            return self._remember(name, lambda: self.module[name].walk())
+        if has_trait(op, "impure"):
+            return True
+        if not op.regions:
+            return False
+        return self._remember(op, lambda: (o for r in op.regions for o in r.ops))
+
+    def _remember(self, key, ops) -> bool:
+        answer = self.known.get(key)
+        if answer is not None:
+            return answer
+        cycles = self.cycles
+        if isinstance(key, str):
+            self.open.add(key)
+        answer = any(self.effects(o) for o in ops())
+        self.open.discard(key)
+        if self.cycles == cycles:
+            self.known[key] = answer
+        return answer
 
 
-def _effects(op: Op, module: Module | None, seen: frozenset = frozenset()) -> bool:
-    """Whether `op` or anything it contains or calls is impure (unknown callees are)."""
-    if has_trait(op, "terminator"):
-        return False
-    if has_trait(op, "calls"):
-        callee = op.attrs["callee"]
-        if module is None or callee not in module or callee in seen:
-            return module is None or callee not in module
-        return any(_effects(o, module, seen | {callee}) for o in module[callee].walk())
-    if has_trait(op, "impure"):
-        return True
-    return any(_effects(o, module, seen) for r in op.regions for o in r.ops)
-
-
-def _slice(block: Block, roots: set[Value], module: Module | None) -> set[Value]:
+def _slice(block: Block, roots: set[Value], effects: _Effects) -> set[Value]:
     """Values of and above `block` that `roots` (or impure ops) depend on; no mutation.
 
     Conservative for nested regions: a kept region op needs everything its region reads.
     """
     need = set(roots)
     for op in reversed(block.ops[:-1]):
-        if _impure(op, module) or any(r in need for r in op.results):
+        if effects.impure(op) or any(r in need for r in op.results):
             for o in op.walk():
                 need.update(o.operands)
     return need
@@ -65,8 +94,9 @@ def _drop_results(op: Op, drop: set[int]) -> None:
         r.index = k
 
 
-def prune_loop(op: Op, need: set[Value], module: Module | None) -> None:
-    """Remove the carries, stacked outputs and sliced inputs of `op` that are not needed."""
+def prune_loop(op: Op, need: set[Value], effects: _Effects) -> set[Value]:
+    """Remove the carries, stacked outputs and sliced inputs of `op` that are not needed;
+    returns the values its pruned body uses."""
     body = op.regions[0]
     yield_op = body.ops[-1]
     n_carry = op.attrs["n_carry"]
@@ -75,7 +105,7 @@ def prune_loop(op: Op, need: set[Value], module: Module | None) -> None:
     live_ys = {k for k in range(n_carry, len(op.results)) if op.results[k] in need}
     while True:
         roots = {yield_op.operands[k] for k in live_ys | live_carry}
-        inside = _slice(body, roots, module)
+        inside = _slice(body, roots, effects)
         grown = live_carry | {j for j, a in enumerate(carry_args) if a in inside}
         if grown == live_carry:
             break
@@ -90,34 +120,37 @@ def prune_loop(op: Op, need: set[Value], module: Module | None) -> None:
     op.operands = [v for k, v in enumerate(op.operands) if k not in dead_carry]
     # sweep the body now, so that sliced inputs read only by dead ops show up as unused
     body_need: set[Value] = set()
-    sweep(body, body_need, module)
+    sweep(body, body_need, effects)
     n_carry = len(live_carry)
     dead_xs = {k for k, a in enumerate(body.args[1 + n_carry:]) if a not in body_need}
     _drop_args(body, {1 + n_carry + k for k in dead_xs})
     op.operands = [v for k, v in enumerate(op.operands) if k - n_carry not in dead_xs]
+    return body_need
 
 
-def sweep(block: Block, need: set[Value], module: Module | None) -> None:
-    """Erase the dead ops of `block`, adding the values its live ops use to `need`."""
+def sweep(block: Block, need: set[Value], effects: _Effects) -> None:
+    """Erase the dead ops of `block`, adding the values its live ops use (nested regions
+    included) to `need`."""
     kept = []
     for op in reversed(block.ops):
-        live = any(r in need for r in op.results)
-        if not live and not _impure(op, module):
+        results = op.results
+        live = results[0] in need if len(results) == 1 else any(r in need for r in results)
+        if not live and not effects.impure(op):
             continue
-        loop = has_trait(op, "loop")
-        if loop:
-            prune_loop(op, need, module)
-        for region in op.regions:
-            if not loop:
-                sweep(region, need, module)
-            need.update(v for o in region.walk() for v in o.operands)
+        if op.regions:
+            if has_trait(op, "loop"):
+                need.update(prune_loop(op, need, effects))
+            else:
+                for region in op.regions:
+                    sweep(region, need, effects)
         need.update(op.operands)
         kept.append(op)
-    block.ops = kept[::-1]
+    kept.reverse()
+    block.ops = kept
 
 
 def dce_function(fn: Function, module: Module | None = None) -> None:
-    sweep(fn.body, set(), module)
+    sweep(fn.body, set(), _Effects(module))
 
 
 @register_pass("dce")

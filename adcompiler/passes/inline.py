@@ -11,14 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..diagnostics import AdcError
-from ..ir.core import Block, Function, Module, Op, Value, replace_all_uses
+from ..ir.core import Block, Function, Module, Op, Value
 from ..ops.registry import has_trait
 from .clone import clone_function, clone_op
 from .pipeline import FunctionPass, register_pass
-
-
-def has_custom_rule(module: Module, name: str, kinds=("grad", "tangent")) -> bool:
-    return any(module.rule_for(name, kind) is not None for kind in kinds)
 
 
 def callees(fn: Function) -> list[str]:
@@ -48,18 +44,18 @@ class Inline(FunctionPass):
 
     def run(self, module: Module) -> Module:
         flat: dict[str, Function] = {}
+        # the functions whose calls stay: one look at the module, not one per call
+        kept = {f.attrs[f"{kind}_of"] for f in module.functions.values()
+                     for kind in self.rules if f"{kind}_of" in f.attrs} \
+            if self.keep_custom else set()
         for f in self.functions(module):
-            self._inline_block(f.body, module, flat, (f.name,))
+            self._inline_block(f.body, module, flat, (f.name,), kept, {})
         if self.prune:
             self._prune(module)
         return module
 
-    def _should_inline(self, op: Op, module: Module) -> bool:
-        return has_trait(op, "calls") and not (
-            self.keep_custom and has_custom_rule(module, op.attrs["callee"], self.rules))
-
     def _flat(self, name: str, module: Module, flat: dict[str, Function],
-              stack: tuple[str, ...]) -> Function:
+              stack: tuple[str, ...], kept: set[str]) -> Function:
         """A copy of `name` with its own calls inlined (memoized; the module is untouched)."""
         if name in stack:
             cycle = " -> ".join(stack[stack.index(name):] + (name,))
@@ -68,23 +64,26 @@ class Inline(FunctionPass):
             if name not in module:
                 raise AdcError(f"call to unknown function '{name}'")
             copy, _ = clone_function(module[name])
-            self._inline_block(copy.body, module, flat, stack + (name,))
+            self._inline_block(copy.body, module, flat, stack + (name,), kept, {})
             flat[name] = copy
         return flat[name]
 
     def _inline_block(self, block: Block, module: Module, flat: dict[str, Function],
-                      stack: tuple[str, ...]) -> None:
-        mapping: dict[Value, Value] = {}
+                      stack: tuple[str, ...], kept: set[str],
+                      mapping: dict[Value, Value]) -> None:
+        """Inline the calls of `block` and of its regions. `mapping` takes the results of
+        the calls inlined so far to the values replacing them; one map serves a block and
+        its regions (values are unique), so no region is walked twice."""
         new_ops: list[Op] = []
         for op in block.ops:
-            op.operands = [mapping.get(v, v) for v in op.operands]
+            if mapping:
+                op.operands = [mapping.get(v, v) for v in op.operands]
             for region in op.regions:
-                replace_all_uses(region, mapping)
-                self._inline_block(region, module, flat, stack)
-            if not self._should_inline(op, module):
+                self._inline_block(region, module, flat, stack, kept, mapping)
+            if not has_trait(op, "calls") or op.attrs["callee"] in kept:
                 new_ops.append(op)
                 continue
-            callee = self._flat(op.attrs["callee"], module, flat, stack)
+            callee = self._flat(op.attrs["callee"], module, flat, stack, kept)
             if len(callee.args) != len(op.operands):
                 raise AdcError(f"call to '{callee.name}' passes {len(op.operands)} arguments; "
                                f"it takes {len(callee.args)}", op.loc)
