@@ -56,7 +56,7 @@ class Builder:
         """Create and insert a registry op; returns the `Op`."""
         opdef = registry.get(name)
         try:
-            attrs = opdef.complete_attrs(dict(attrs or {}))
+            attrs = opdef.complete_attrs(dict(attrs or {})) if attrs or opdef.options else {}
             types = opdef.infer([v.type for v in operands], attrs)
         except ShapeError as e:
             raise e.with_loc(self.loc)

@@ -62,7 +62,8 @@ def _broadcast(name, *, float_result=False, result_dtype=None):
     """Type rule of an op whose operands broadcast together (NumPy rules)."""
     def infer(types, attrs):
         first = types[0]
-        if all(t == first for t in types):  # the common case: nothing to broadcast or join
+        same = all(t is first or t == first for t in types)
+        if same:  # the common case: nothing to broadcast or join
             shape, dtype = first.shape, first.dtype
         else:
             try:
@@ -78,7 +79,7 @@ def _broadcast(name, *, float_result=False, result_dtype=None):
         if float_result and dtype not in ("f16", "f32", "f64"):
             raise ShapeError(f"{name} expects a float operand, got "
                              f"{' and '.join(map(str, types))}; use cast")
-        return TensorType(dtype, shape)
+        return first if same else TensorType(dtype, shape)
     return infer
 
 
