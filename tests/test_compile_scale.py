@@ -159,3 +159,18 @@ def test_a_pipeline_copies_its_input_once_and_leaves_it_untouched(monkeypatch):
     # rewrite the module reverse returned, which shares nothing with its input
     assert len(copies) == 3
     assert print_module(module) == before and "chain_grad" in out2
+
+
+def test_dce_examines_each_callee_once_however_often_it_is_called(monkeypatch):
+    calls = 300
+    src = ("def g(x: f32[3]) -> f32[3] {\n    return tanh(x) * x\n}\n"
+           "def f(x: f32[3]) -> f32[3] {\n"
+           + "".join(f"    y{k} = g(x)\n" for k in range(calls)) + "    return g(x)\n}\n")
+    module = compile_source(src, "calls.tdsl")
+    walked = []
+    original = core.Block.walk
+    monkeypatch.setattr(core.Block, "walk", lambda self: walked.append(self) or original(self))
+    out = run_pipeline(module, "dce")
+    # the unused calls are removed (g is pure), the returned one stays
+    assert [op.name for op in out["f"].body.ops] == ["call", "return"]
+    assert walked.count(out["g"].body) <= 1

@@ -174,7 +174,7 @@ def _stack_residuals(op: Op, rbody: Block) -> list[Value]:
     """
     body = op.regions[0]
     index, yield_op, nc = body.args[0], body.ops[-1], op.attrs["n_carry"]
-    x_args = body.args[1 + nc:]
+    x_pos = {a: k for k, a in enumerate(body.args[1 + nc:])}
     defined = set(body.args) | {r for o in body.ops for r in o.results}
     mapping: dict[Value, Value] = {index: rbody.args[0]}
     new_results = []
@@ -185,8 +185,8 @@ def _stack_residuals(op: Op, rbody: Block) -> list[Value]:
                     mapping[v] = _rebuild(v, rbody, mapping)
                     continue
                 mapping[v] = rbody.add_arg(v.type, v.name)
-                if v in x_args:
-                    new_results.append(op.operands[nc + x_args.index(v)])
+                if v in x_pos:
+                    new_results.append(op.operands[nc + x_pos[v]])
                     continue
                 yield_op.operands.append(v)
                 res = Value(TensorType(v.type.dtype, (op.attrs["n"],) + v.type.shape),
