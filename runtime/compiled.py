@@ -15,7 +15,8 @@ binding). What the interpreter decides per op on every call is decided here once
   computed once, at code generation, when they are small, never leave the function and
   are read only by ops that make new arrays (so nothing can write into them);
 * a few kernels specialized to the shapes (`adc_runtime.specialize`), among them
-  cross-entropy and the softmax of its adjoint sharing one pass.
+  cross-entropy and the softmax of its adjoint sharing one pass, and the two-operand
+  einsums that are one batched matrix product (the table kernel's own plan, made once).
 
 The generated text contains only identifiers made here (``v12``, ``k12``, ``b12``) and
 integer literals; every object it uses (kernels, buffers, ops handed to the interpreter) is
@@ -46,6 +47,7 @@ from . import specialize
 from .buffers import returns_new, value_nbytes
 from .executor import ANNOTATION_ATTRS, RunError, SHAPE_ATTRS, Executor, check_slices
 from .kernels import BUILTIN, DTYPES, KERNELS, OUT_KERNELS
+from .kernels.linalg import einsum_matmul
 from .liveness import last_uses
 
 # built-in ops (deterministic; a plugin's op never is one of these names) evaluated at code
@@ -277,6 +279,14 @@ class CompiledExecutor(Executor):
         if name == "where" and _masks_to_zero(op, self._consts, self._resolve):
             k = p.bind("k", specialize.where_zero(numpy.dtype(DTYPES[op.results[0].type.dtype])))
             return [f"{outs[0]} = {k}({args[0]}, {args[1]})"]
+        if name == "einsum" and len(op.operands) == 2:
+            a, b = op.operands
+            run = einsum_matmul(op.attrs["spec"].replace(" ", ""),
+                                self._resolve(a.type.shape), self._resolve(b.type.shape),
+                                numpy.dtype(DTYPES[a.type.dtype]),
+                                numpy.dtype(DTYPES[b.type.dtype]))
+            if run is not None:
+                return [f"{outs[0]} = fix({p.bind('k', run)}({args[0]}, {args[1]}), {dt})"]
         if name == "transpose":
             k = p.bind("k", specialize.transpose(op.attrs.get("perm")))
             return [f"{outs[0]} = fix({k}({args[0]}), {dt})"]
