@@ -12,11 +12,14 @@ from typing import Callable, Mapping
 
 import numpy as np
 import pytest
-import torch
+try:
+    import torch
+except ImportError:  # the adc side (adc_run, assert_close) works without the reference
+    torch = None
 
 from adcompiler.cli import main as adc_main
 
-TORCH_DTYPES = {"f32": torch.float32, "f64": torch.float64}
+TORCH_DTYPES = {"f32": torch.float32, "f64": torch.float64} if torch else {}
 NP_DTYPES = {"f32": np.float32, "f64": np.float64}
 
 _counter = itertools.count()
