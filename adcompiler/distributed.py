@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from contextlib import contextmanager
 
 from .diagnostics import AdcError
@@ -53,5 +54,8 @@ def fail_together(comm):
         what = str(e) or type(e).__name__
         print(f"adc: rank {comm.rank} of {comm.size} failed: {what}", file=sys.stderr,
               flush=True)
+        # the launcher tears every rank down on MPI_Abort, and may do so before it has
+        # forwarded what the ranks just wrote: give it a moment to pass the message on
+        time.sleep(0.5)
         comm.abort(1)
         os._exit(1)   # MPI_Abort may return before the launcher ends this process
