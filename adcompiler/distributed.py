@@ -44,13 +44,27 @@ def shard(rows, rank: int, size: int):
 
 @contextmanager
 def fail_together(comm):
-    """Run the body; if it raises on one rank of several, say which rank and why on
-    stderr and abort every rank (MPI_Abort), so that none waits forever in a collective."""
+    """Run the body so that every rank ends when one fails.
+
+    A rank that fails before any all-reduce (a mistake in the options or the data, made
+    alike on every rank) settles it with the others (`MPI.agree`): the lowest failing rank
+    reports its error, the others exit 1 quietly, and nothing aborts. A rank that fails
+    later says which rank and why on stderr and aborts every rank (MPI_Abort), so that none
+    waits forever in a collective."""
+    from adc_runtime.collectives import PeerFailed
     try:
         yield
+    except PeerFailed:
+        raise
     except BaseException as e:
         if comm is None or comm.size == 1 or isinstance(e, SystemExit) and not e.code:
             raise
+        if not getattr(comm, "agreed", True):
+            first = comm.agree(True)
+            if first == comm.rank:
+                raise
+            if first is not None:
+                raise PeerFailed(1) from None
         what = str(e) or type(e).__name__
         print(f"adc: rank {comm.rank} of {comm.size} failed: {what}", file=sys.stderr,
               flush=True)
@@ -59,3 +73,6 @@ def fail_together(comm):
         time.sleep(0.5)
         comm.abort(1)
         os._exit(1)   # MPI_Abort may return before the launcher ends this process
+    else:
+        if comm is not None and not getattr(comm, "agreed", True):
+            comm.agree(False)   # a run with no all-reduce still answers the others

@@ -19,6 +19,10 @@ import threading
 from contextlib import contextmanager
 
 
+class PeerFailed(SystemExit):
+    """Another rank's setup failed and said why: this one ends quietly with exit 1."""
+
+
 class Local:
     """One process: an all-reduce is the identity."""
 
@@ -43,8 +47,32 @@ class MPI:
         self.comm = comm if comm is not None else mpi.COMM_WORLD
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         self._pending: dict[int, object] = {}
+        self.agreed = False
+
+    def agree(self, failed: bool, timeout: float = 60.0) -> int | None:
+        """Once per run, before the first all-reduce: the lowest rank whose setup failed
+        (None if none did). Every rank takes part (a healthy one from its first collective
+        or at the end of its run), so a mistake every rank makes alike ends each of them
+        normally, with no MPI_Abort whose teardown could drop the message. None also when
+        the others do not answer within `timeout` seconds (the caller then aborts)."""
+        import time
+        import numpy as np
+        self.agreed = True
+        first = np.array([self.rank if failed else self.size], dtype=np.int64)
+        request = self.comm.Iallreduce(self._mpi.IN_PLACE, first, op=self._mpi.MIN)
+        deadline = time.monotonic() + timeout
+        while not request.Test():
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.001)
+        return int(first[0]) if first[0] < self.size else None
+
+    def _agree_first(self) -> None:
+        if not self.agreed and self.agree(False, timeout=float("inf")) is not None:
+            raise PeerFailed(1)
 
     def start(self, buf) -> None:
+        self._agree_first()
         if id(buf) in self._pending:
             raise RuntimeError("allreduce_start on a buffer already in flight")
         self._pending[id(buf)] = self.comm.Iallreduce(self._mpi.IN_PLACE, _as_buffer(buf),
@@ -59,6 +87,7 @@ class MPI:
     def allreduce_mean(self, x):
         """The mean of the array `x` over processes (a new array; blocking)."""
         import numpy as np
+        self._agree_first()
         out = np.array(x, copy=True)
         self.comm.Allreduce(self._mpi.IN_PLACE, _as_buffer(out), op=self._mpi.SUM)
         return out / self.size

@@ -191,6 +191,17 @@ def test_a_failing_rank_stops_every_rank_with_its_message(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("who", ["1", "all"])
+def test_a_rank_failing_before_any_allreduce_ends_every_rank_without_abort(tmp_path, who):
+    # the ranks agree on the lowest failing one, which alone reports; nothing aborts
+    out = tmp_path / "never.npz"
+    r = _launch(3, out, f"fail:{who}:0")
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.count("a failure made on purpose") == 1, r.stderr
+    assert "failed:" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("lead, b_shape, total", [(0, "4", "10"), (1, "2, 4", "2, 7")])
 def test_collective_gradients_match_central_differences(lead, b_shape, total):
     from gradcheck import finite_difference, run
@@ -272,8 +283,9 @@ def test_adc_train_refuses_a_batch_that_does_not_split(tmp_path):
                         "--batch", "5", "--distributed", "mpi"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 1, r.stderr
-    assert "does not split evenly over 3 processes" in r.stderr
-    assert "Traceback" not in r.stderr
+    # every rank finds the mistake before any all-reduce: one message, no MPI_Abort
+    assert r.stderr.count("does not split evenly over 3 processes") == 1, r.stderr
+    assert "of 3 failed" not in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
 def test_distributed_mpi_without_mpi4py_names_the_extra(monkeypatch):

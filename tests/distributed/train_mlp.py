@@ -1,7 +1,8 @@
 """Run by mpiexec from test_distributed.py: 20 data-parallel training steps of an MLP in
 float64; rank 0 writes the parameters and the losses to argv[1].
 
-argv[2] (optional): ``fail:R:S`` makes rank R raise at step S; ``nobucket`` uses a bucket
+argv[2] (optional): ``fail:R:S`` makes rank R raise at step S (before any all-reduce
+when S is 0), ``fail:all:0`` every rank at step 0; ``nobucket`` uses a bucket
 of one gradient each; ``blocking`` puts every all-reduce after the backward pass."""
 import sys
 
@@ -34,7 +35,7 @@ def main(out: str, mode: str = "") -> None:
     losses = []
     with fail_together(comm):
         for k in range(20):
-            if mode.startswith("fail:") and comm.rank == int(mode.split(":")[1]) \
+            if mode.startswith("fail:") and mode.split(":")[1] in (str(comm.rank), "all") \
                     and k == int(mode.split(":")[2]):
                 raise RuntimeError("a failure made on purpose")
             rows = shard(order.permutation(60)[:12], comm.rank, comm.size)
@@ -45,4 +46,8 @@ def main(out: str, mode: str = "") -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    try:
+        main(*sys.argv[1:])
+    except RuntimeError as e:   # reported as the command line reports a user's mistake
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
