@@ -3,6 +3,7 @@ name; they ask the registry for traits and rule slots (`adcompiler.ops.registry`
 name may appear only in its own definition (and in tests and docs)."""
 from __future__ import annotations
 
+import ast
 import io
 import re
 import tokenize
@@ -67,3 +68,44 @@ def test_structural_op_names_are_spelled_only_in_their_definitions():
             if tok.type == tokenize.STRING and tok.string.strip("'\"") in names:
                 found.append((rel, tok.start[0], tok.string))
     assert found == []
+
+
+CONTROL_CONSTANTS = {"FOR", "CALL", "YIELD", "RETURN", "FUSED", "REPEAT"}
+
+
+def compares_control_constant(source: str) -> list[int]:
+    """Lines where `source` compares something with a structural op's name constant
+    (``op.name == YIELD``, ``term.name != control.RETURN``, ``x in (FOR, CALL)``)."""
+    def is_constant(node) -> bool:
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return any(is_constant(e) for e in node.elts)
+        return (isinstance(node, ast.Name) and node.id in CONTROL_CONSTANTS) or \
+            (isinstance(node, ast.Attribute) and node.attr in CONTROL_CONSTANTS)
+    return [node.lineno for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Compare)
+            and any(is_constant(x) for x in [node.left] + node.comparators)]
+
+
+@pytest.mark.parametrize("module", sorted(str(p.relative_to(PKG)) for p in PKG.rglob("*.py")
+                                          if str(p.relative_to(PKG)) != "ops/control.py"))
+def test_no_module_compares_a_structural_name_constant(module):
+    """Generic code asks a structural op's traits and rule slots (`registry.ends`,
+    `OpDef.verify`, ...), never compares with its name: the constants only build ops."""
+    assert compares_control_constant((PKG / module).read_text()) == []
+
+
+def test_the_constant_check_finds_a_comparison():
+    src = ("from adcompiler.ops import control\nfrom adcompiler.ops.control import YIELD\n"
+           "b.insert(Op(YIELD, [], []))\nif op.name == YIELD:\n    pass\n"
+           "ok = term.name != control.RETURN\nif op.name in (FOR, CALL):\n    pass\n")
+    assert compares_control_constant(src) == [4, 6, 7]
+
+
+def test_structural_ops_have_their_rule_slots():
+    """Each structural op carries its verifier rule; terminators say which block they end,
+    and exactly one op ends each kind of block."""
+    for name, d in registry.STRUCTURAL.items():
+        assert callable(d.verify), name
+        assert (d.ends is not None) == d.has("terminator"), name
+    assert registry.terminator("function") == "return"
+    assert registry.terminator("region") == "yield"

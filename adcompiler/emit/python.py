@@ -17,7 +17,6 @@ from ..ir.core import Block, Function, Module, Op
 from ..ir.types import NUMPY_DTYPE, dim_symbols, is_symbol
 from ..ir.verifier import ANNOTATION_ATTRS
 from ..ops import registry
-from ..ops.control import RETURN, YIELD
 from ..ops.registry import has_trait
 from .names import Namer, comment_text, dim_expr, sanitize, string_literal
 
@@ -190,7 +189,7 @@ class _FunctionEmitter:
 
     def block(self, block: Block, depth: int) -> None:
         for op in block.ops:
-            if op.name == YIELD:
+            if registry.ends(op, "region"):
                 continue  # the enclosing loop assigns the yielded values
             self.comment(op, depth)
             self.op(op, depth)
@@ -198,7 +197,7 @@ class _FunctionEmitter:
     def op(self, op: Op, depth: int) -> None:
         pad = "    " * depth
         args = [self.name(v) for v in op.operands]
-        if op.name == RETURN:
+        if registry.ends(op, "function"):
             self.lines.append(f"{pad}return ({', '.join(args)}{',' if len(args) == 1 else ''})")
             return
         if has_trait(op, "loop"):

@@ -18,17 +18,29 @@ their traits (`registry.has_trait`); the names below are the only place they are
 """
 from __future__ import annotations
 
-from .registry import register_structural
+from .registry import Rule, register_structural
 
 FOR, CALL, YIELD, RETURN, FUSED = "for", "call", "yield", "return", "fused"
 REPEAT = "repeat"
 
-register_structural(FOR, traits=("loop",), doc="a loop over a body region")
+
+def _rules(module: str, *slots: str) -> dict:
+    """The slots `slots` of an op, each pointing at the function of that name in
+    `adcompiler.ops.structural.<module>`."""
+    return {s: Rule(f"adcompiler.ops.structural.{module}", s) for s in slots}
+
+
+register_structural(FOR, traits=("loop",), doc="a loop over a body region",
+                    **_rules("loop", "verify"))
 register_structural(REPEAT, traits=("counted",),
-                    doc="a loop of carries run a*i + b times, i the enclosing loop's index")
-register_structural(CALL, traits=("calls",), doc="a call of a function of the module")
-register_structural(YIELD, traits=("terminator",), doc="ends a loop body or fused region")
-register_structural(RETURN, traits=("terminator",), doc="ends a function body")
+                    doc="a loop of carries run a*i + b times, i the enclosing loop's index",
+                    **_rules("repeat", "verify"))
+register_structural(CALL, traits=("calls",), doc="a call of a function of the module",
+                    **_rules("call", "verify"))
+register_structural(YIELD, traits=("terminator",), doc="ends a loop body or fused region",
+                    ends="region", **_rules("terminator", "verify"))
+register_structural(RETURN, traits=("terminator",), doc="ends a function body",
+                    ends="function", **_rules("terminator", "verify"))
 
 
 def repeat_counts(op, n_outer: int) -> tuple[int, int]:
@@ -43,4 +55,4 @@ def repeat_counts(op, n_outer: int) -> tuple[int, int]:
 # FLOPs (`adcompiler.memory.flops`): a loop n times its body, a call its callee, a
 # terminator nothing; a fused group one per result element (as an op of unknown cost)
 register_structural(FUSED, traits=("group",), doc="a group of ops run as one kernel",
-                    flops=None)
+                    flops=None, **_rules("fused", "verify"))

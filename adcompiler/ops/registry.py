@@ -46,11 +46,22 @@ or undefined: comparisons, rounding, integer ops),
 ``commutative``, ``reduction``, ``constructor`` (no tensor operands), ``impure`` (never
 removed or merged; no op is impure today).
 
-Structural ops (``for``, ``call``, ``yield``, ``return``, ``fused``; `adcompiler.ops.control`)
-are registered in `STRUCTURAL`, apart from `REGISTRY` (the ops a program calls and a kernel
-computes), with the traits generic passes ask: ``terminator`` (ends a block; never removed),
-``loop`` (a ``for`` with its body region), ``calls`` (runs a function of the module),
-``group`` (a region that runs as one kernel). `lookup` finds either kind.
+Structural ops (``for``, ``repeat``, ``call``, ``yield``, ``return``, ``fused``;
+`adcompiler.ops.control`) are registered in `STRUCTURAL`, apart from `REGISTRY` (the ops a
+program calls and a kernel computes), with the traits generic passes ask: ``terminator``
+(ends a block; never removed), ``loop`` (a ``for`` with its body region), ``counted`` (a
+``repeat``), ``calls`` (runs a function of the module), ``group`` (a region that runs as one
+kernel). `lookup` finds either kind. Their rule slots take the asking pass's context, since
+a region's rule recurses through that pass (the rules: `adcompiler.ops.structural`):
+
+* `verify(checker, op)`: the op's structural checks (`adcompiler.ir.verifier`);
+* `ends`: for a terminator, the block it ends, ``"function"`` or ``"region"``;
+* `flops(op, counter)`: FLOPs of one execution (`adcompiler.memory.flops`);
+* `memory(walk, op)`: the live bytes its regions or callee add (`adcompiler.memory.liveness`);
+* `dce(op, need, effects)`: prune the op's region, returning the values it still reads
+  (`adcompiler.passes.dce`; default: sweep each region);
+* `reverse(driver, op, out_cts)` and `forward(driver, op, tangents)`: the op's adjoint and
+  tangent (`adcompiler.passes.reverse`, `adcompiler.passes.jvp`).
 """
 from __future__ import annotations
 
@@ -97,6 +108,12 @@ class OpDef:
     reads_row: Callable | None = None
     sliced_shape: Callable | None = None
     fresh: Any = False
+    verify: Callable | None = None   # the structural ops' slots (see the module doc)
+    ends: str | None = None
+    memory: Callable | None = None
+    dce: Callable | None = None
+    reverse: Callable | None = None
+    forward: Callable | None = None
 
     @property
     def signature(self) -> tuple[str, ...]:
@@ -153,15 +170,50 @@ def register(name: str, infer: Callable, *, operands=("x",), options=(), traits=
 STRUCTURAL: dict[str, OpDef] = {}
 
 
-def register_structural(name: str, *, traits=(), doc: str = "", flops=0) -> OpDef:
-    """Declare a structural op: its checks live in the verifier, its meaning in the passes
-    that ask its traits."""
+def register_structural(name: str, *, traits=(), doc: str = "", verify=None, ends=None,
+                        flops=0, memory=None, dce=None, reverse=None,
+                        forward=None) -> OpDef:
+    """Declare a structural op with its traits and rule slots (see the module doc)."""
+    if name in STRUCTURAL or name in REGISTRY:
+        raise ValueError(f"op {name!r} is already registered")
+    if verify is None:
+        raise ValueError(f"structural op {name!r} needs a verify rule")
+
     def infer(types, attrs):
         raise ShapeError(f"'{name}' is structural: its types come from its regions")
     d = OpDef(name, infer, operands=("*operands",), traits=frozenset(traits), doc=doc,
-              flops=flops)
+              flops=flops, verify=verify, ends=ends, memory=memory, dce=dce,
+              reverse=reverse, forward=forward)
     STRUCTURAL[name] = d
     return d
+
+
+class Rule:
+    """A rule slot that imports its function on first use: structural rules build IR and
+    recurse through passes, whose modules import this registry."""
+
+    def __init__(self, module: str, name: str):
+        self.module, self.name, self.fn = module, name, None
+
+    def __call__(self, *args, **kwargs):
+        if self.fn is None:
+            from importlib import import_module
+            self.fn = getattr(import_module(self.module), self.name)
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"Rule({self.module}.{self.name})"
+
+
+def terminator(ends: str) -> str:
+    """The name of the op that ends a block of kind `ends` (``"function"``, ``"region"``)."""
+    return next(d.name for d in STRUCTURAL.values() if d.ends == ends)
+
+
+def ends(op, kind: str) -> bool:
+    """Whether the IR op `op` is the terminator of a block of kind `kind`."""
+    d = STRUCTURAL.get(op.name)
+    return d is not None and d.ends == kind
 
 
 def lookup(name: str) -> OpDef | None:

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 
 from ..diagnostics import AdcError
 from ..ir.core import Block, Function, Module, Op, Value
-from ..ops.control import RETURN
-from ..ops.registry import has_trait
+from ..ops.registry import ends, has_trait
 from .pipeline import FunctionPass, register_pass
 
 
@@ -107,7 +106,7 @@ def varied_values(fn: Function, wrt: list[str]) -> set[Value]:
 def useful_values(fn: Function, results: list[Value] | None = None) -> set[Value]:
     if results is None:
         term = fn.body.ops[-1] if fn.body.ops else None
-        if term is None or term.name != RETURN:
+        if term is None or not ends(term, "function"):
             raise ValueError(f"function '{fn.name}' has no return op; pass `results`")
         results = term.operands
     useful: set[Value] = set()

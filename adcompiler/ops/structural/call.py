@@ -1,0 +1,21 @@
+"""``call(args...) {callee}``: runs a function of the module."""
+from __future__ import annotations
+
+from ...ir.verifier import types_text
+
+
+def verify(checker, op) -> None:
+    """The callee exists and its argument and result types match."""
+    callee = op.attrs.get("callee")
+    if callee not in checker.module:
+        checker.fail(op, f"calls unknown function {callee!r}")
+        return
+    f = checker.module[callee]
+    args = [v.type for v in op.operands]
+    if args != [a.type for a in f.args]:
+        checker.fail(op, f"passes {types_text(args)} to @{callee}, which takes "
+                         f"{types_text(a.type for a in f.args)}")
+    res = [r.type for r in op.results]
+    if res != list(f.result_types):
+        checker.fail(op, f"expects results {types_text(res)} but @{callee} returns "
+                         f"{types_text(f.result_types)}")
