@@ -46,16 +46,51 @@ def _nodes(children):
     return [c for c in children if not isinstance(c, Token)]
 
 
-def _number(tok: Token) -> int | float:
-    text = tok.value
+def number_value(text: str, where: Span) -> int | float:
+    """The value of a NUMBER token's text."""
     if re.fullmatch(r"\d+", text):
         if len(text) > 400:
-            raise TreeError("integer literal is too large", span(tok))
+            raise TreeError("integer literal is too large", where)
         return int(text)
     value = float(text)
     if math.isinf(value):
-        raise TreeError(f"number {text} is too large", span(tok))
+        raise TreeError(f"number {text} is too large", where)
     return value
+
+
+def integer_value(text: str, where: Span, message: str) -> int:
+    """A dimension or loop count written as a number: a plain integer of at most 18 digits."""
+    if not re.fullmatch(r"\d+", text) or len(text) > 18:
+        raise TreeError(message, where)
+    return int(text)
+
+
+def dim_message(text: str) -> str:
+    return f"a dimension must be an integer or a name, not {text}"
+
+
+LOOP_COUNT_MESSAGE = "a loop count must be an integer or a symbolic dimension"
+
+
+def unescape(raw: str) -> str:
+    """The value of a string literal's text between its quotes."""
+    return re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t"}.get(m[1], m[1]), raw)
+
+
+def split_args(args) -> tuple[list, list]:
+    """Call arguments as (positional, keywords): keywords last and each named once."""
+    pos, kws, seen = [], [], set()
+    for a in args:
+        if isinstance(a, ast.Keyword):
+            if a.name in seen:
+                raise TreeError(f"keyword argument '{a.name}' is repeated", a.span)
+            seen.add(a.name)
+            kws.append(a)
+        elif kws:
+            raise TreeError("positional argument after keyword arguments", a.span)
+        else:
+            pos.append(a)
+    return pos, kws
 
 
 class AstBuilder(Transformer):
@@ -92,10 +127,7 @@ class AstBuilder(Transformer):
     def dims(self, c):
         for d in c:
             if d.type == "NUMBER":
-                if not re.fullmatch(r"\d+", d.value) or len(d.value) > 18:
-                    raise TreeError(f"a dimension must be an integer or a name, not {d.value}",
-                                    span(d))
-                d.value = int(d.value)
+                d.value = integer_value(d.value, span(d), dim_message(d.value))
         return list(c)
 
     def ruledef(self, c):
@@ -119,10 +151,7 @@ class AstBuilder(Transformer):
     def for_stmt(self, c):
         kw, var, count, block = c
         if count.type == "NUMBER":
-            if not re.fullmatch(r"\d+", count.value) or len(count.value) > 18:
-                raise TreeError("a loop count must be an integer or a symbolic dimension",
-                                span(count))
-            n = int(count.value)
+            n = integer_value(count.value, span(count), LOOP_COUNT_MESSAGE)
         else:
             n = count.value
         return ast.For(ast.Target(var.value, span(var)), n, span(count), block.stmts,
@@ -148,18 +177,7 @@ class AstBuilder(Transformer):
                         span(name))
 
     def args(self, c):
-        pos, kws, seen = [], [], set()
-        for a in c:
-            if isinstance(a, ast.Keyword):
-                if a.name in seen:
-                    raise TreeError(f"keyword argument '{a.name}' is repeated", a.span)
-                seen.add(a.name)
-                kws.append(a)
-            elif kws:
-                raise TreeError("positional argument after keyword arguments", a.span)
-            else:
-                pos.append(a)
-        return _Args(pos, kws)
+        return _Args(*split_args(c))
 
     def kwarg(self, c):
         return ast.Keyword(c[0].value, c[1], span(c[0]))
@@ -182,15 +200,13 @@ class AstBuilder(Transformer):
         return ast.Slice(parts[0], parts[1], parts[2], span(c[0]).to(span(c[-1])))
 
     def number(self, c):
-        return ast.Number(_number(c[0]), span(c[0]))
+        return ast.Number(number_value(c[0].value, span(c[0])), span(c[0]))
 
     def name(self, c):
         return ast.Name(c[0].value, span(c[0]))
 
     def string(self, c):
-        raw = c[0].value[1:-1]
-        value = re.sub(r"\\(.)", lambda m: {"n": "\n", "t": "\t"}.get(m[1], m[1]), raw)
-        return ast.String(value, span(c[0]))
+        return ast.String(unescape(c[0].value[1:-1]), span(c[0]))
 
     def true(self, c):
         return ast.Bool(True, span(c[0]))

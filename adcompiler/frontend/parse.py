@@ -1,9 +1,11 @@
 """TDSL text -> syntax tree (`ast.Module`).
 
-The grammar (``grammar/tdsl.lark``, package data of `adcompiler.grammar`) is parsed with
-lark's LALR parser and an inline transformer, so the tree is built bottom-up without
-recursion however deeply the program nests. Syntax errors become `AdcError`s with the
-position of the offending token and a description of what was expected.
+Programs are parsed by the recursive-descent parser of `descent` (several times faster).
+Whatever it does not take, a syntax error above all, goes to the reference parser: the
+grammar (``grammar/tdsl.lark``, package data of `adcompiler.grammar`) under lark's LALR
+parser with an inline transformer, which builds the tree bottom-up without recursion however
+deeply the program nests. Syntax errors become `AdcError`s with the position of the
+offending token and a description of what was expected.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from lark import Token
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from ..diagnostics import AdcError, Loc, normalize_newlines
-from . import ast
+from . import ast, descent
 from .ast_builder import AstBuilder, TreeError
 
 _parser: lark.Lark | None = None
@@ -54,8 +56,17 @@ def _get_parser() -> lark.Lark:
 
 def parse(text: str, filename: str = "<input>") -> ast.Module:
     """Parse TDSL source into a syntax tree; every error is an `AdcError` with a `Loc`."""
-    parser = _get_parser()
     text = normalize_newlines(text)  # lines as the error renderer counts them
+    try:
+        return descent.parse(text)
+    except (descent.Unsupported, TreeError, RecursionError):
+        pass  # lark's parser decides, and words the error
+    return parse_lark(text, filename)
+
+
+def parse_lark(text: str, filename: str = "<input>") -> ast.Module:
+    """`parse` by lark's parser alone (`text`'s newlines normalized)."""
+    parser = _get_parser()
     try:
         return parser.parse(text)
     except UnexpectedInput as e:
