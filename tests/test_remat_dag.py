@@ -104,7 +104,7 @@ def test_no_worse_than_brute_force(tmp_path):
         for chosen in itertools.combinations(cand, r):
             out = clone_module(m)
             p = build_problem(out, "f_grad", {})
-            apply_clones(p, _first_reverse_clones(p, chosen))
+            apply_clones(out["f_grad"], _first_reverse_clones(p, chosen))
             dce_function(out["f_grad"], out)
             outs, peak = measure(out, inputs)
             assert same(outs, ref)

@@ -46,6 +46,7 @@ from .saved import chain_boundaries
 
 INF = float("inf")
 UNITS = 128            # memory resolution of the DP: the budget in this many units
+COARSE = 32            # ... when looking for the least peak first
 MAX_SEGMENTS = 192     # longer chains are coarsened (adjacent segments merged)
 
 
@@ -365,15 +366,21 @@ class _Tables:
         return Plan(float(self.D[0, m]), clones, self.unit)
 
 
-def _least(ch: Chain, store_all: int, exact) -> tuple[Plan, int] | None:
-    """The DP's schedule of least peak (found in units of the store-all peak, then again
-    in finer units) and its exact peak."""
-    tab = _Tables(ch, store_all)
+def _least(ch: Chain, store_all: int, exact, tab: _Tables | None = None) -> tuple[Plan, int] | None:
+    """The DP's schedule of least peak and its exact peak: found in `tab` when given (a
+    table for a budget near the least peak), else in coarse units of the store-all peak,
+    then again in finer units."""
+    if tab is None:
+        tab = _Tables(ch, store_all, units=COARSE)
+        m = tab.least()
+        if m is None:
+            return None
+        fine = _Tables(ch, tab.floor + (m + 1) * tab.unit)
+        tab = fine if fine.least() is not None else tab
     m = tab.least()
     if m is None:
         return None
-    tab = _Tables(ch, tab.floor + (m + 1) * tab.unit)
-    plan = tab.plan(tab.least())
+    plan = tab.plan(m)
     return plan, exact(plan.clones)
 
 
@@ -384,9 +391,12 @@ def solve_chain(ch: Chain, budget: int | None, store_all: int, exact,
     to its units and does not see every byte), the DP's schedule for fewer units is taken,
     fewer by the shortfall (at most `tries` schedules), first with `over` calibrated on the
     store-all profile, then with the bytes alone (more room kept); when neither has a
-    schedule that fits, the schedule of least peak is tried. None if nothing fits."""
+    schedule that fits, the schedule of least peak in the last table is tried, then the one
+    of `budget` None (so that `min-memory`'s peak is always a budget that fits). None if
+    nothing fits."""
     if budget is None:
         return _least(ch, store_all, exact)
+    tab = None
     for model in (ch, replace(ch, over=ch.raw_over) if ch.raw_over else None):
         if model is None:
             continue
@@ -400,5 +410,8 @@ def solve_chain(ch: Chain, budget: int | None, store_all: int, exact,
             if peak <= budget:
                 return plan, peak
             m -= max(1, -(-(peak - budget) // tab.unit))
-    least = _least(ch, store_all, exact)
-    return least if least is not None and least[1] <= budget else None
+    for table in (tab, None):     # the last table's least peak, then min-memory's schedule
+        least = _least(ch, store_all, exact, table)
+        if least is not None and least[1] <= budget:
+            return least
+    return None

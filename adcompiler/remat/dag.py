@@ -130,15 +130,16 @@ def build_problem(module: Module, fn: str, dims: Mapping[str, int]) -> Problem:
     return prob
 
 
-def apply_clones(prob: Problem, clones: dict[int, list[int]]) -> list[tuple[int, Op]]:
-    """Insert the clones (time -> indices of the ops to clone) into `prob.fn` and reroute
-    later uses to them; returns (index of the primal op, clone) pairs."""
-    block, made, cur = prob.fn.body, [], {}
+def apply_clones(fn: Function, clones: dict[int, list[int]]) -> list[tuple[int, Op]]:
+    """Insert the clones (time -> indices of the ops to clone, as in `build_problem`) into
+    `fn` and reroute later uses to them; returns (index of the primal op, clone) pairs."""
+    block, made, cur = fn.body, [], {}
+    ops = list(block.ops)
     new_ops: list[Op] = []
-    for t, op in enumerate(prob.ops):
+    for t, op in enumerate(ops):
         for k in sorted(clones.get(t, ())):
-            v = prob.ops[k].result
-            c = clone_op(prob.ops[k], dict(cur))
+            v = ops[k].result
+            c = clone_op(ops[k], dict(cur))
             c.attrs["recompute"] = True
             cur[v] = c.result
             new_ops.append(c)

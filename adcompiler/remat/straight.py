@@ -51,15 +51,18 @@ class StraightLine:
         return "gap" if self.gap is not None else "heuristic"
 
 
-def _apply(module: Module, fn: str, clones: dict, dims) -> tuple[Module, Problem, list, int]:
-    out = clone_module(module)
-    prob = build_problem(out, fn, dims)
-    made = apply_clones(prob, clones) if clones else []
-    if made:
+def _apply(module: Module, fn: str, clones: dict, dims) -> tuple[Module, None, list, int]:
+    """A copy of `module` with `clones` applied to `fn`: (module, None, the clones made as
+    (primal op index, clone), exact peak, `clones`)."""
+    out = module
+    made = []
+    if clones:
+        out = clone_module(module)
+        made = apply_clones(out[fn], clones)
         dce_function(out[fn], out)
-    kept = {id(op) for op in out[fn].body.ops}
-    made = [(k, op) for k, op in made if id(op) in kept]
-    return out, prob, made, predict_peak(out, fn, dims).peak_bytes, clones
+        kept = {id(op) for op in out[fn].body.ops}
+        made = [(k, op) for k, op in made if id(op) in kept]
+    return out, None, made, predict_peak(out, fn, dims).peak_bytes, clones
 
 
 def _flops(prob: Problem, clones: dict) -> int:
@@ -86,13 +89,13 @@ def _infeasible(budget: int, floor: int, proven: bool) -> AdcError:
 
 
 def _finish(module: Module, fn: str, info: StraightLine, prob: Problem, applied) -> tuple:
-    out, p2, made = applied[:3]
+    out, _, made = applied[:3]
     by_primal: dict[int, list] = {}
     for k, op in made:
         by_primal.setdefault(k, []).append(op)
-    info.recomputed = [(p2.ops[k], ops) for k, ops in sorted(by_primal.items())]
-    info.stored = [v for v in p2.reverse_uses if v.defining_op is None
-                   or p2.born[v] not in by_primal]
+    info.recomputed = [(prob.ops[k], ops) for k, ops in sorted(by_primal.items())]
+    info.stored = [v for v in prob.reverse_uses if v.defining_op is None
+                   or prob.born[v] not in by_primal]
     return out, info
 
 
