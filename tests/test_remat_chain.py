@@ -20,6 +20,7 @@ from adcompiler.remat.milp import _Progress, objective
 from adcompiler.remat.saved import chen_saved, clones_for
 from adcompiler.remat.schedule import schedule
 from adcompiler.remat.straight import _apply, _flops
+from adcompiler.remat.tapes import TapeOption
 
 
 def random_chain(rng: random.Random, K: int) -> Chain:
@@ -34,22 +35,39 @@ def random_chain(rng: random.Random, K: int) -> Chain:
     ch.ua = [max(f, t) + rng.randint(0, 3) for f, t in zip(ch.uf, ch.ut)]
     if K > 2 and rng.random() < 0.3:       # a segment that cannot be run forward again
         ch.uf[rng.randrange(K)] = INF
+    # tape options: the whole tape, then up to 3 that keep less and recompute more
+    for i in range(K):
+        opts = [TapeOption((), (), abar[i], abar[i], ch.fwt[i], ch.ua[i], ch.ut[i], 0.0)]
+        for _ in range(rng.randint(0, 3)):
+            kept = rng.choice((0, 100)) + out[i]
+            opts.append(TapeOption((), (), kept, kept + rng.choice((0, 100, 200)),
+                                   max(fwn[i], kept), ch.ua[i] + rng.randint(-1, 1),
+                                   max(0.0, ch.ut[i] - rng.randint(0, 2)),
+                                   float(rng.randint(1, 5))))
+        ch.options.append(opts)
     return ch
 
 
 def reference(tab: _Tables, ch: Chain):
-    """The recurrences of the module docstring, one state at a time."""
+    """The recurrences of the module docstring, one state at a time, with every tape
+    option of a segment (`tapes`) where the whole tape is kept."""
     a, abar, over, fwn, fwt, K = tab.a, tab.abar, tab.over, tab.fwn, tab.fwt, ch.size
+    unit = tab.unit
+    near = lambda b: min(tab.Q + 1, max(int(b > 0), (int(b) + unit // 2) // unit))  # noqa
+    opts = [[(near(o.abar), near(o.rev), near(o.fwt), o.ua, o.ut, o.extra) for o in row]
+            for row in ch.options]
 
     @functools.lru_cache(maxsize=None)
     def C(s, t, m):
         if m < 0:
             return INF
         if s == t:
-            return ch.ut[s] if m >= fwt[s] + over[s] else INF
+            return min((ut + ex for ab, rv, fw, ua, ut, ex in opts[s]
+                        if m >= max(fw, rv) + over[s]), default=INF)
         best = INF
-        if m >= max(abar[s] + over[s], fwt[s] + over[t]):
-            best = ch.ua[s] + C(s + 1, t, m - abar[s])
+        for ab, rv, fw, ua, ut, ex in opts[s]:
+            if m >= max(rv + over[s], fw + over[t]):
+                best = min(best, ua + ex + C(s + 1, t, m - ab))
         for sp in range(s + 1, t + 1):
             if m >= max(fwn[s:sp]) + over[t]:
                 best = min(best, sum(ch.uf[s:sp]) + C(sp, t, m - a[sp]) + C(s, sp - 1, m))
@@ -61,7 +79,8 @@ def reference(tab: _Tables, ch: Chain):
             return INF
         if s == K:
             return 0.0
-        best = D(s + 1, m - abar[s]) if m >= abar[s] + over[s] else INF
+        best = min((ex + D(s + 1, m - ab) for ab, rv, fw, ua, ut, ex in opts[s]
+                    if m >= rv + over[s]), default=INF)
         for sp in range(s + 1, K + 1):
             best = min(best, D(sp, m - a[sp]) + C(s, sp - 1, m))
         for sp in range(s + 1, K):       # s..sp-1 again, right before the reverse of sp
@@ -270,15 +289,7 @@ def _train(capsys, tmp_path, *opts):
 
 
 def test_training_an_unrolled_transformer_under_half_its_peak(tmp_path, capsys):
-    import importlib.util
-    import sys
-    from pathlib import Path
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "remat_scale.py"
-    spec = importlib.util.spec_from_file_location("remat_scale_gen", path)
-    bench = importlib.util.module_from_spec(spec)
-    saved = list(sys.path)
-    spec.loader.exec_module(bench)
-    sys.path[:] = saved
+    bench = test_remat_dag.remat_bench()
     (tmp_path / "stack.tdsl").write_text(bench.transformer(4, t="B", d=4))
     rng = np.random.default_rng(0)
     np.savez(tmp_path / "d.npz", x=rng.standard_normal((128, 4)).astype("f4"),

@@ -47,6 +47,20 @@ def measure(module, inputs):
     return outs, stats["peak_bytes"]
 
 
+def remat_bench():
+    """benchmarks/remat_scale.py as a module (its network generators)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "remat_scale.py"
+    spec = importlib.util.spec_from_file_location("remat_scale_gen", path)
+    bench = importlib.util.module_from_spec(spec)
+    saved = list(sys.path)
+    spec.loader.exec_module(bench)
+    sys.path[:] = saved
+    return bench
+
+
 def same(outs, ref):
     return len(outs) == len(ref) and all(np.array_equal(a, b) for a, b in zip(outs, ref))
 

@@ -24,13 +24,19 @@ sizes when they can, counted from the least ``over``; sizes rounded to units):
   it is held while the reverse of the later segments runs (the reverse of s' reads
   ``c_{s'-1}``, which Rotor's chains would keep from the forward pass).
 
+Where the DP keeps segment s's tape (in ``C``, ``D`` and for one segment), it chooses
+among the segment's tape options (`tapes`): keep part of the tape (``abar`` of the option
+held instead) and recompute the rest during the reverse of s (the option's FLOPs added, its
+bytes there counted), so that inside a segment that is not a chain (attention beside a
+residual branch) cheap values are recomputed and costly ones kept.
+
 The plan becomes clones (`dag.apply_clones`): each recomputation pass goes right before the
 reverse of the segment it serves (the reverse ops carry their primal op's location), and
 each clone replaces the value from there on, so a checkpoint lives until the pass that
 recomputes it again. The exact peak then comes from `memory.predict_peak`; while it misses
 the budget, the plan for fewer units is taken (`solve_chain`). The DP is optimal for its
-chain model (checkpoints only at the segments' ends, a segment's tape kept whole); the
-memory model is checked on its plan, not optimized.
+chain model (checkpoints only at the segments' ends, a segment's tape kept as one of its
+options); the memory model is checked on its plan, not optimized.
 """
 from __future__ import annotations
 
@@ -43,6 +49,7 @@ from ..ir.core import Module, Value
 from ..memory.flops import op_flops
 from .dag import Problem, recomputable
 from .saved import chain_boundaries
+from .tapes import TapeOption, closure, segment_options, signature, working_set
 
 INF = float("inf")
 UNITS = 128            # memory resolution of the DP: the budget in this many units
@@ -66,27 +73,17 @@ class Chain:
     ut: list[float] = field(default_factory=list)
     ua: list[float] = field(default_factory=list)
     raw_over: list[int] = field(default_factory=list)   # `over` before the calibration
+    options: list[list[TapeOption]] = field(default_factory=list)   # per segment (`tapes`)
 
     @property
     def size(self) -> int:
         return len(self.stages)
 
 
-def _closure(prob: Problem, roots, inside: set[int]) -> list[int]:
-    """Ops in `inside` that `roots` depend on, through values defined in `inside`."""
-    seen: set[int] = set()
-    stack = [prob.born[v] for v in roots]
-    while stack:
-        k = stack.pop()
-        if k in seen or k not in inside:
-            continue
-        seen.add(k)
-        stack += [prob.born[u] for u in prob.ops[k].operands if prob.born.get(u, -1) >= 0]
-    return sorted(seen)
-
-
-def build_chain(prob: Problem, module: Module, dims) -> Chain | None:
-    """The chain of segments of `prob`'s forward code, or None when it has fewer than 2."""
+def build_chain(prob: Problem, module: Module, dims,
+                with_options: bool = True) -> Chain | None:
+    """The chain of segments of `prob`'s forward code, or None when it has fewer than 2;
+    `with_options`: each segment's tape options (`tapes`), else its whole tape only."""
     B = prob.boundary
     read = set(prob.reverse_uses)
     cuts = [c for c in chain_boundaries(prob) if c in read]
@@ -160,14 +157,15 @@ def build_chain(prob: Problem, module: Module, dims) -> Chain | None:
         over.append(max(0, min(raw, max((live[t] for t in span), default=0) - held)))
     ch = Chain(stages, cut, [0] * (K + 1), [0] * K, [0] * K, [0] * K, over, start)
     ch.raw_over = raw_over
-    cost = {}
+    cost: dict[int, float] = {}
+    options: dict[tuple, list[TapeOption]] = {}      # by segment structure: blocks repeat
     for i, ops in enumerate(stages):
         inside = set(ops)
         c = cut[i]
         ch.a[i + 1] = nb[c] if c is not None else 0
         ch.abar[i] = sum(nb[v] for v in set(tape[i]) | ({c} if c is not None else set()))
-        ch.need_c.append(_closure(prob, [c], inside) if c is not None else [])
-        ch.need_t.append(_closure(prob, tape[i], inside))
+        ch.need_c.append(sorted(closure(prob, [c], inside)) if c is not None else [])
+        ch.need_t.append(sorted(closure(prob, tape[i], inside)))
         for k in ops:
             if k not in cost:
                 op = prob.ops[k]
@@ -178,22 +176,14 @@ def build_chain(prob: Problem, module: Module, dims) -> Chain | None:
         ch.ua.append(sum(cost[k] for k in set(ch.need_c[i]) | set(ch.need_t[i])))
         # working sets: stage values live during each op, freed after their last use in
         # the segment (fwn), or with the tape kept to the end (fwt)
-        keep = set(tape[i])
-        live_n = live_t = peak_n = peak_t = 0
-        dies: dict[int, list[Value]] = {}
-        for k in ops:
-            for r in prob.ops[k].results:
-                last = max([t for t in prob.uses.get(r, []) if t < B and t in inside],
-                           default=k)
-                dies.setdefault(last, []).append(r)
-                live_n += nb[r]
-                live_t += nb[r]
-            peak_n, peak_t = max(peak_n, live_n), max(peak_t, live_t)
-            for r in dies.pop(k, ()):
-                live_n -= nb[r]
-                live_t -= 0 if r in keep else nb[r]
-        ch.fwn[i] = peak_n
-        ch.fwt[i] = max(peak_t, ch.abar[i])
+        fwn, fwt = working_set(prob, ops, set(tape[i]))
+        ch.fwn[i] = fwn
+        ch.fwt[i] = max(fwt, ch.abar[i])
+        if with_options:
+            key = signature(prob, ops, c, set(tape[i]), start[i], cost)
+            if key not in options:
+                options[key] = segment_options(prob, ops, c, set(tape[i]), start[i], cost)
+            ch.options.append(options[key])
     return ch
 
 
@@ -230,6 +220,19 @@ class _Tables:
         fwn = [near(x) for x in ch.fwn]
         fwt = [near(x) for x in ch.fwt]
         self.a, self.abar, self.over, self.fwn, self.fwt = a, abar, over, fwn, fwt
+        # tape options (`tapes`): per segment and option, in units; padding never wins
+        opts = [ch.options[i] if ch.options else
+                [TapeOption((), (), ch.abar[i], ch.abar[i], ch.fwt[i], ch.ua[i], ch.ut[i], 0.0)]
+                for i in range(K)]
+        O = max(len(o) for o in opts)
+        oab = np.full((K, O), Q + 1, dtype=np.int64)
+        orv, ofw = oab.copy(), oab.copy()
+        oua, out, oex = np.full((K, O), INF), np.full((K, O), INF), np.full((K, O), INF)
+        for i, row in enumerate(opts):
+            for o, op in enumerate(row):
+                oab[i, o], orv[i, o], ofw[i, o] = near(op.abar), near(op.rev), near(op.fwt)
+                oua[i, o], out[i, o], oex[i, o] = op.ua, op.ut, op.extra
+        self.opts, self.oab = opts, oab
         m = np.arange(Q + 1)
         C = np.full((K, K, Q + 1), INF)      # C[s, t] (0-based, s <= t)
         SH = np.full((K, K, Q + 1), INF)     # SH[t, s'][m] = C[s', t][m - a_{s'}]
@@ -251,16 +254,26 @@ class _Tables:
             out[idx < 0] = INF
             return out
         ks = np.arange(K)
-        need = fwt_ + over_
-        C[ks, ks] = np.where(m[None, :] >= need[:, None], np.array(ch.ut)[:, None], INF)
+        # one segment: its tape (an option's kept values, then its clones) from c_{s-1}
+        need = np.maximum(ofw, orv) + over_[:, None]
+        diag = np.where(m[None, None, :] >= need[:, :, None], (out + oex)[:, :, None], INF)
+        C[ks, ks] = diag.min(axis=1)
+        Cc[ks, ks] = -1 - diag.argmin(axis=1)
         SH[ks, ks] = shifted(C[ks, ks], a_[:K])
         for d in range(1, K):
             s = np.arange(K - d)
             t = s + d
-            # keep the tape of s: recompute all of s, then t..s+1, then the reverse of s
-            best = shifted(C[s + 1, t], abar_[s]) + ua[s][:, None]
-            thr = np.maximum(abar_[s] + over_[s], fwt_[s] + over_[t])
-            best[m[None, :] < thr[:, None]] = INF
+            # keep the tape of s (an option of it): recompute all of s, then t..s+1, then
+            # the reverse of s (with the option's clones); -1 - option in Cc
+            best = np.full((K - d, Q + 1), INF)
+            keep = np.full((K - d, Q + 1), -1, dtype=np.int16)
+            for o in range(O):
+                b = shifted(C[s + 1, t], oab[s, o]) + (oua[s, o] + oex[s, o])[:, None]
+                thr = np.maximum(orv[s, o] + over_[s], ofw[s, o] + over_[t])
+                b[m[None, :] < thr[:, None]] = INF
+                upd = b < best
+                best = np.where(upd, b, best)
+                keep[upd] = -1 - o
             # forward to c_{s'-1} and keep it: s' = s + 1 + j, j in 0..d-1
             j = np.arange(d)
             sp = s[:, None] + 1 + j[None, :]
@@ -269,10 +282,10 @@ class _Tables:
             cand += run[:, :, None]
             fw = FM[s[:, None], sp - 1] + over_[t][:, None]
             cand[m[None, None, :] < fw[:, :, None]] = INF
-            val = cand.min(axis=1)
+            arg = cand.argmin(axis=1)
+            val = np.take_along_axis(cand, arg[:, None, :], axis=1)[:, 0, :]
             better = val < best
-            if better.any():
-                Cc[s, t] = np.where(better, cand.argmin(axis=1) + s[:, None] + 1, -1)
+            Cc[s, t] = np.where(better, arg + s[:, None] + 1, keep)
             C[s, t] = np.minimum(val, best)
             SH[t, s] = shifted(C[s, t], a_[s])
         # the original forward pass: D[s][m], s..K-1 left, running forward free. Besides
@@ -286,10 +299,15 @@ class _Tables:
         cua = np.concatenate([[0.0], np.cumsum(np.where(np.isinf(ua), 0.0, ua))])
         cuinf = np.concatenate([[0], np.cumsum(np.isinf(ua))])
         for s in range(K - 1, -1, -1):
-            DS[s] = shifted(D[s + 1:s + 2], abar_[s:s + 1])[0]
-            best = DS[s].copy()
-            best[m < abar[s] + over[s]] = INF
+            DS[s] = shifted(D[s + 1:s + 2], abar_[s:s + 1])[0]      # the whole tape kept
+            best = np.full(Q + 1, INF)          # keep an option of s's tape: -1 - option
             choice = np.full(Q + 1, -1, dtype=np.int16)
+            for o in range(O):
+                b = shifted(D[s + 1:s + 2], oab[s, o:o + 1])[0] + oex[s, o]
+                b[m < orv[s, o] + over[s]] = INF
+                upd = b < best
+                best = np.where(upd, b, best)
+                choice[upd] = -1 - o
             sp = np.arange(s + 1, K + 1)
             cand = shifted(D[sp], a_[sp]) + C[s, sp - 1]
             k = np.argmin(cand, axis=0)
@@ -332,6 +350,14 @@ class _Tables:
         def add(t, ops):
             if t is not None and ops:
                 passes.setdefault(t, set()).update(ops)
+
+        def again(i, o):
+            """The clones of option `o` during the reverse of segment i."""
+            for p, dt in self.opts[i][o].again:
+                add(ch.start[i] + dt, [ch.stages[i][p]])
+
+        def ops_of(i, o, field):
+            return [ch.stages[i][p] for p in getattr(self.opts[i][o], field)]
         work = [("D", 0, ch.size - 1, m)]
         while work:
             kind, s, t, mm = work.pop()
@@ -346,18 +372,24 @@ class _Tables:
                     work.append(("D", c + 1, t, mm - abar[c]))
                     continue
                 if c < 0:
-                    work.append(("D", s + 1, t, mm - abar[s]))
+                    again(s, -1 - c)
+                    work.append(("D", s + 1, t, mm - self.oab[s, -1 - c]))
                 else:       # C(s, c-1) runs after D(c): pushed first
                     work.append(("C", s, c - 1, mm))
                     work.append(("D", c, t, mm - a[c]))
                 continue
-            if s == t:
-                add(ch.start[s], ch.need_t[s])
-                continue
             c = int(self.Cc[s, t, mm])
+            if s == t:
+                o = -1 - c
+                add(ch.start[s], ops_of(s, o, "ut_ops") if o else ch.need_t[s])
+                again(s, o)
+                continue
             if c < 0:
-                add(ch.start[t], set(ch.need_c[s]) | set(ch.need_t[s]))
-                work.append(("C", s + 1, t, mm - abar[s]))
+                o = -1 - c
+                add(ch.start[t], ops_of(s, o, "ua_ops") if o else
+                    set(ch.need_c[s]) | set(ch.need_t[s]))
+                again(s, o)
+                work.append(("C", s + 1, t, mm - self.oab[s, o]))
             else:
                 add(ch.start[t], [k for i in range(s, c) for k in ch.need_c[i]])
                 work.append(("C", s, c - 1, mm))
