@@ -13,8 +13,11 @@ snapshot).
 """
 from __future__ import annotations
 
+import operator
 import weakref
 from typing import Any, Mapping, Sequence
+
+import numpy
 
 from .api import DEFAULT_PASSES, Source, _array_module, runner
 from .diagnostics import AdcError
@@ -89,6 +92,12 @@ class CompiledStep:
         self._runner = None
         self.stats: dict = {}   # the last call's run statistics (``peak_bytes``, ...)
         self._owned: dict[int, weakref.ref] = {}  # arrays this step made: id -> ref
+        self._held_names = self.params + self.state_names  # the arrays a call writes over
+        self._dtypes = {n: numpy.dtype(_np_dtype(self._types[n].dtype))
+                        for n in self._held_names}
+        self._keys = {"params": frozenset(self.params), "state": frozenset(self.state_names),
+                      "batch": frozenset(self.batch_names)}
+        self._last: list[weakref.ref] = []  # what the last call returned, in that order
 
     def init(self, params: Mapping[str, Any]) -> dict:
         """The initial optimizer state for `params`: the counter ``step`` = 0 and zeros for
@@ -103,13 +112,16 @@ class CompiledStep:
 
     def __call__(self, params: Mapping[str, Any], state: Mapping[str, Any],
                  batch: Mapping[str, Any]) -> tuple[dict, dict, dict]:
-        self._check("params", params, self.params)
-        self._check("state", state, self.state_names)
-        self._check("batch", batch, self.batch_names)
-        named: dict[str, Any] = {}
-        for name in self.params + self.state_names:
-            given = params[name] if name in params else state[name]
-            named[name] = self._mine(given, name, named)
+        for what, given, names in (("params", params, self.params),
+                                   ("state", state, self.state_names),
+                                   ("batch", batch, self.batch_names)):
+            if given.keys() != self._keys[what]:
+                self._check(what, given, names)
+        held = [params[n] for n in self.params] + [state[n] for n in self.state_names]
+        again = self._returned_last(held)
+        if not again:
+            held = self._take(held)
+        named = dict(zip(self._held_names, held))
         for name in self.batch_names:
             named[name] = self._split(name, batch[name])
         if self._runner is None:
@@ -121,8 +133,11 @@ class CompiledStep:
             with using(self.comm):
                 outs, self.stats = self._runner(named, self.dims)
         by_name = dict(zip(self.outputs, outs))
-        new_params = {n: self._own(by_name[n]) for n in self.params}
-        new_state = {n: self._own(by_name[n]) for n in self.state_names}
+        new_params = {n: by_name[n] for n in self.params}
+        new_state = {n: by_name[n] for n in self.state_names}
+        returned = [by_name[n] for n in self._held_names]
+        if not (again and all(map(operator.is_, returned, held))):  # else known already
+            self._remember(returned)
         metrics = {k: v for k, v in by_name.items()
                    if k not in new_params and k not in new_state}
         return new_params, new_state, metrics
@@ -141,11 +156,39 @@ class CompiledStep:
         self._owned[id(a)] = weakref.ref(a)
         return a
 
+    def _returned_last(self, held: list) -> bool:
+        """Whether `held` are the arrays the last call returned, in their places (the
+        common case, checked in one pass): the step may write over them again."""
+        last = self._last
+        return (len(last) == len(held) and all(map(operator.is_, held, [r() for r in last]))
+                and all([getattr(a.flags, "writeable", True) for a in held]))
+
+    def _remember(self, returned: list) -> None:
+        """Keep weak references to the arrays returned for the parameters and the state,
+        when they are distinct arrays of their declared dtypes (else every one is checked
+        by `_mine` on the next call)."""
+        if len(set(map(id, returned))) == len(returned) and all(
+                getattr(a, "dtype", None) == self._dtypes[n]
+                for a, n in zip(returned, self._held_names)):
+            self._last = [weakref.ref(self._own(a)) for a in returned]
+        else:
+            self._last = []
+            for a in returned:
+                self._own(a)
+
+    def _take(self, held: list) -> list:
+        """The arrays of a call whose parameters or state are not those the last call
+        returned: each one this step made kept, the others copied (`_mine`)."""
+        taken: dict[str, Any] = {}
+        for name, a in zip(self._held_names, held):
+            taken[name] = self._mine(a, name, taken)
+        return list(taken.values())
+
     def _mine(self, a, name: str, taken: Mapping[str, Any]):
         """`a` when this step made it and may write over it (and no other input of this
         call is the same array), else a copy of its own."""
         ref = self._owned.get(id(a))
-        want = _np_dtype(self._types[name].dtype)
+        want = self._dtypes[name]
         if ref is not None and ref() is a and a.dtype == want and \
                 getattr(a.flags, "writeable", True) and \
                 not any(b is a for b in taken.values()):

@@ -249,6 +249,7 @@ class CompiledExecutor(Executor):
         if op in self._label_rows:   # the labels as flat indices: the one-hot rows' ones
             labels = op.operands[0]
             k = p.bind("k", specialize.label_indices(labels.type.dtype,
+                                                     self._resolve(labels.type.shape),
                                                      self._resolve(op.attrs["n"])))
             return [f"{outs[0]} = {k}({args[0]})"]
         if op in self._label_subs:
@@ -257,6 +258,14 @@ class CompiledExecutor(Executor):
             buf = self._donated.get(op.results[0]) or (
                 p.bind("b", self._views[op.results[0]]) if planned else "None")
             return [f"{outs[0]} = {k}({', '.join(args)}, {buf})"]
+        run = self._any_buffer_kernel(op)
+        if run is not None:
+            k = p.bind("k", run)
+            if op.results[0] in self._views:
+                buf = self._donated.get(op.results[0]) or p.bind("b", self._views[op.results[0]])
+                return [f"{k}({', '.join(args)}, out={buf})", f"{outs[0]} = {buf}"]
+            dt = p.bind("d", numpy.dtype(DTYPES[op.results[0].type.dtype]))
+            return [f"{outs[0]} = fix({k}({', '.join(args)}), {dt})"]
         if op.results and op.results[0] in self._views:
             return None
         if name == "cross_entropy" and op in self._pairs_ce:
@@ -298,6 +307,30 @@ class CompiledExecutor(Executor):
             k = p.bind("k", specialize.one_hot(self._resolve(op.attrs["n"]),
                                                DTYPES[op.attrs.get("dtype", "f32")]))
             return [f"{outs[0]} = fix({k}({args[0]}), {dt})"]
+        return None
+
+    def _any_buffer_kernel(self, op):
+        """A specialized kernel ``run(*operands, out=None)`` of `op` that writes into its
+        planned buffer when it has one (`specialize.reduce_sum`, `stack`, `relu`), or
+        None."""
+        if len(op.results) != 1 or not op.operands:
+            return None
+        name, r = op.name, op.results[0]
+        dtypes = {v.type.dtype for v in op.operands}
+        if dtypes != {r.type.dtype}:
+            return None
+        dtype = numpy.dtype(DTYPES[r.type.dtype])
+        if name == "sum" and r.type.dtype in ("f32", "f64"):
+            return specialize.reduce_sum(op.operands[0].type.rank, op.attrs.get("axis"),
+                                         op.attrs.get("keepdims", False))
+        if name == "stack":
+            shapes = {tuple(self._resolve(v.type.shape)) for v in op.operands}
+            if len(shapes) != 1:  # numpy.stack refuses them; a copy would broadcast
+                return None
+            return specialize.stack(len(op.operands), op.operands[0].type.rank,
+                                    op.attrs.get("axis", 0), self._resolve(r.type.shape), dtype)
+        if name == "relu" and r.type.dtype in ("f16", "f32", "f64"):
+            return specialize.relu(dtype)
         return None
 
     def _direct(self, op):

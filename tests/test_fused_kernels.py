@@ -195,7 +195,7 @@ def test_subtract_one_hot_matches_the_table_kernels(shape, dtype, label_dtype):
     labels = np.random.default_rng(4).integers(0, shape[-1] or 1, shape[:-1]).astype(label_dtype.replace("i", "int"))
     want = KERNELS["sub"](np, a, KERNELS["one_hot"](np, labels, n=shape[-1], dtype=np.dtype(dtype).name[0] + str(8 * np.dtype(dtype).itemsize)))
     run = specialize.subtract_one_hot(shape)
-    idx = specialize.label_indices(label_dtype, shape[-1])(labels)
+    idx = specialize.label_indices(label_dtype, shape[:-1], shape[-1])(labels)
     same_bits(want, run(a, idx))
     out = np.full(shape, np.nan, dtype)
     assert run(a, idx, out) is out
@@ -209,9 +209,9 @@ def test_subtract_one_hot_leaves_labels_outside_the_classes_to_the_interpreter()
         for bad in ([0, 3], [-1, 0], [0, -2**31], [2**31 - 1, 0]):   # one_hot: a zero row
             labels = np.array(bad, dtype.replace("i", "int"))
             with pytest.raises(IndexError):
-                run(a, specialize.label_indices(dtype, 3)(labels))
+                run(a, specialize.label_indices(dtype, (2,), 3)(labels))
     with pytest.raises(ValueError):
-        run(a, specialize.label_indices("i64", 3)(np.array([0, 1])),
+        run(a, specialize.label_indices("i64", (2,), 3)(np.array([0, 1])),
             np.zeros((3, 2), np.float32).T)
 
 
