@@ -98,6 +98,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "Option": ("adcompiler.ops.registry", "Option"),
     "OpDef": ("adcompiler.ops.registry", "OpDef"),
     "get_op": ("adcompiler.ops.registry", "get"),
+    "lookup_op": ("adcompiler.ops.registry", "lookup"),
     "load_plugins": ("adcompiler.plugins", "load_plugins"),
     # errors
     "AdcError": ("adcompiler.diagnostics", "AdcError"),
@@ -153,6 +154,7 @@ if TYPE_CHECKING:  # static view of the lazy names above, for type checkers and 
     from .ir.verifier import VerifyError, verify
     from .ops.registry import OpDef, Option
     from .ops.registry import get as get_op
+    from .ops.registry import lookup as lookup_op
     from .passes.activity import Activity
     from .passes.canonicalize import Canonicalize
     from .passes.cse import CSE

@@ -109,3 +109,7 @@ def test_structural_ops_have_their_rule_slots():
         assert (d.ends is not None) == d.has("terminator"), name
     assert registry.terminator("function") == "return"
     assert registry.terminator("region") == "yield"
+    for name in ("for", "repeat", "call"):  # they count and hold values through a rule
+        d = registry.lookup(name)
+        assert callable(d.flops) and callable(d.memory), name
+    assert callable(registry.lookup("for").dce)

@@ -23,9 +23,8 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from ..ir.core import Block, Function, Module, Op, Value
-from ..ops.control import repeat_counts
-from ..ops.registry import has_trait
-from .sizes import trip_count, value_bytes
+from ..ops.registry import STRUCTURAL, has_trait
+from .sizes import value_bytes
 
 
 @dataclass
@@ -48,7 +47,7 @@ class _Walk:
         self.snapshot: list[tuple[Value, int]] = []
         self._plans: dict[int, dict] = {}
 
-    def _bump(self, nbytes: int) -> None:
+    def bump(self, nbytes: int) -> None:
         self.live += nbytes
         if self.live > self.peak:
             self.peak, self.peak_op = self.live, self.current
@@ -61,7 +60,7 @@ class _Walk:
         if v in self.tracked:
             self.tlive += nb
             self.tpeak = max(self.tpeak, self.tlive)
-        self._bump(nb)
+        self.bump(nb)
 
     def drop(self, v: Value) -> None:
         nb = value_bytes(v, self.dims)
@@ -96,23 +95,11 @@ class _Walk:
                 self.drop(v)
 
     def op(self, op: Op) -> None:
-        if has_trait(op, "loop"):
-            nc = op.attrs["n_carry"]
-            ys = sum(value_bytes(r, self.dims) for r in op.results[nc:])
-            self._bump(ys)
-            n = trip_count(op.attrs["n"], self.dims)
-            if n is None or n > 0:
-                self.block(op.regions[0])
-            self.live -= ys
-        elif has_trait(op, "counted"):
-            n = trip_count(op.parent.parent.attrs["n"], self.dims)
-            if n is None or repeat_counts(op, n)[0] > 0:
-                self.block(op.regions[0])
-        elif has_trait(op, "calls"):
-            callee = self.module.functions[op.attrs["callee"]]
-            self.block(callee.body, keep_results=True)
-            for v in callee.returned:
-                self.drop(v)
+        """What `op` adds while it runs besides its results: its regions' or its callee's
+        values, by its `memory` rule (`adcompiler.ops.structural`)."""
+        d = STRUCTURAL.get(op.name)
+        if d is not None and d.memory is not None:
+            d.memory(self, op)
 
 
 def predict_peak(module: Module, fn: str | Function, dims: Mapping[str, int] | None = None,

@@ -31,28 +31,19 @@ def _rules(module: str, *slots: str) -> dict:
 
 
 register_structural(FOR, traits=("loop",), doc="a loop over a body region",
-                    **_rules("loop", "verify"))
+                    **_rules("loop", "verify", "flops", "memory"),
+                    dce=Rule("adcompiler.ops.structural.loop_dce", "dce"))
 register_structural(REPEAT, traits=("counted",),
                     doc="a loop of carries run a*i + b times, i the enclosing loop's index",
-                    **_rules("repeat", "verify"))
+                    **_rules("repeat", "verify", "flops", "memory"))
 register_structural(CALL, traits=("calls",), doc="a call of a function of the module",
-                    **_rules("call", "verify"))
+                    **_rules("call", "verify", "flops", "memory"))
 register_structural(YIELD, traits=("terminator",), doc="ends a loop body or fused region",
                     ends="region", **_rules("terminator", "verify"))
 register_structural(RETURN, traits=("terminator",), doc="ends a function body",
                     ends="function", **_rules("terminator", "verify"))
 
 
-def repeat_counts(op, n_outer: int) -> tuple[int, int]:
-    """(the most times, the total times) `op` (a ``repeat``, ``a, b >= 0``) runs over the
-    `n_outer` iterations of its enclosing loop."""
-    a, b = op.attrs["count"]
-    if n_outer <= 0:
-        return 0, 0
-    return a * (n_outer - 1) + b, a * n_outer * (n_outer - 1) // 2 + b * n_outer
-
-
-# FLOPs (`adcompiler.memory.flops`): a loop n times its body, a call its callee, a
-# terminator nothing; a fused group one per result element (as an op of unknown cost)
+# a fused group costs one FLOP per result element (as an op of unknown cost)
 register_structural(FUSED, traits=("group",), doc="a group of ops run as one kernel",
                     flops=None, **_rules("fused", "verify"))

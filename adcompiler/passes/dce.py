@@ -2,7 +2,8 @@
 
 A backward sweep over each block keeps an op when it is impure or terminates the block, or
 when one of its results is needed; the operands of kept ops (nested regions included,
-whose captures name outer values) become needed. ``for`` loops are pruned from the inside:
+whose captures name outer values) become needed. An op with a `dce` rule prunes its own
+region (`adcompiler.ops.structural.loop_dce`): ``for`` loops are pruned from the inside:
 
 * stacked outputs (``ys``) that are not needed are dropped;
 * a carried value is dropped when its final value is not needed and no needed value of the
@@ -17,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir.core import Block, Function, Module, Op, Value
-from ..ops.registry import has_trait
+from ..ops.registry import STRUCTURAL, has_trait
 from .pipeline import FunctionPass, register_pass
 
 
@@ -69,65 +70,6 @@ class _Effects:
         return answer
 
 
-def _slice(block: Block, roots: set[Value], effects: _Effects) -> set[Value]:
-    """Values of and above `block` that `roots` (or impure ops) depend on; no mutation.
-
-    Conservative for nested regions: a kept region op needs everything its region reads.
-    """
-    need = set(roots)
-    for op in reversed(block.ops[:-1]):
-        if effects.impure(op) or any(r in need for r in op.results):
-            for o in op.walk():
-                need.update(o.operands)
-    return need
-
-
-def _drop_args(block: Block, drop: set[int]) -> None:
-    block.args = [a for k, a in enumerate(block.args) if k not in drop]
-    for k, a in enumerate(block.args):
-        a.index = k
-
-
-def _drop_results(op: Op, drop: set[int]) -> None:
-    op.results = [r for k, r in enumerate(op.results) if k not in drop]
-    for k, r in enumerate(op.results):
-        r.index = k
-
-
-def prune_loop(op: Op, need: set[Value], effects: _Effects) -> set[Value]:
-    """Remove the carries, stacked outputs and sliced inputs of `op` that are not needed;
-    returns the values its pruned body uses."""
-    body = op.regions[0]
-    yield_op = body.ops[-1]
-    n_carry = op.attrs["n_carry"]
-    carry_args = body.args[1:1 + n_carry]
-    live_carry = {j for j in range(n_carry) if op.results[j] in need}
-    live_ys = {k for k in range(n_carry, len(op.results)) if op.results[k] in need}
-    while True:
-        roots = {yield_op.operands[k] for k in live_ys | live_carry}
-        inside = _slice(body, roots, effects)
-        grown = live_carry | {j for j, a in enumerate(carry_args) if a in inside}
-        if grown == live_carry:
-            break
-        live_carry = grown
-    dead_carry = set(range(n_carry)) - live_carry
-    dead_ys = set(range(n_carry, len(op.results))) - live_ys
-    yield_op.operands = [v for k, v in enumerate(yield_op.operands)
-                         if k not in dead_carry | dead_ys]
-    _drop_results(op, dead_carry | dead_ys)
-    _drop_args(body, {1 + j for j in dead_carry})
-    op.attrs["n_carry"] = len(live_carry)
-    op.operands = [v for k, v in enumerate(op.operands) if k not in dead_carry]
-    # sweep the body now, so that sliced inputs read only by dead ops show up as unused
-    body_need: set[Value] = set()
-    sweep(body, body_need, effects)
-    n_carry = len(live_carry)
-    dead_xs = {k for k, a in enumerate(body.args[1 + n_carry:]) if a not in body_need}
-    _drop_args(body, {1 + n_carry + k for k in dead_xs})
-    op.operands = [v for k, v in enumerate(op.operands) if k - n_carry not in dead_xs]
-    return body_need
-
-
 def sweep(block: Block, need: set[Value], effects: _Effects) -> None:
     """Erase the dead ops of `block`, adding the values its live ops use (nested regions
     included) to `need`."""
@@ -138,8 +80,9 @@ def sweep(block: Block, need: set[Value], effects: _Effects) -> None:
         if not live and not effects.impure(op):
             continue
         if op.regions:
-            if has_trait(op, "loop"):
-                need.update(prune_loop(op, need, effects))
+            d = STRUCTURAL.get(op.name)
+            if d is not None and d.dce is not None:   # prunes its region itself
+                need.update(d.dce(op, need, effects))
             else:
                 for region in op.regions:
                     sweep(region, need, effects)

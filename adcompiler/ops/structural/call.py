@@ -19,3 +19,18 @@ def verify(checker, op) -> None:
     if res != list(f.result_types):
         checker.fail(op, f"expects results {types_text(res)} but @{callee} returns "
                          f"{types_text(f.result_types)}")
+
+
+def flops(op, counter) -> int:
+    """The callee's, all of it (0 for a callee the module does not hold)."""
+    if counter.module is None or op.attrs["callee"] not in counter.module:
+        return 0
+    return counter.function(op.attrs["callee"])
+
+
+def memory(walk, op) -> None:
+    """The callee's frame on top of the caller's; its results stay as the call's."""
+    callee = walk.module.functions[op.attrs["callee"]]
+    walk.block(callee.body, keep_results=True)
+    for v in callee.returned:
+        walk.drop(v)

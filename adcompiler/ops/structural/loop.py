@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from ...ir.types import TensorType
 from ...ir.verifier import ANNOTATION_ATTRS, types_text
-from ..registry import ends
+from ...memory.sizes import trip_count, value_bytes
+from ..registry import ends, has_trait
+from .repeat import repeat_counts
 
 
 def verify(checker, op) -> None:
@@ -48,3 +50,27 @@ def verify(checker, op) -> None:
     if res != want_res:
         checker.fail(op, f"has result types {types_text(res)} but its body gives "
                          f"{types_text(want_res)}")
+
+
+def flops(op, counter) -> int:
+    """``n`` times the body, plus each ``repeat`` of the body its total count over the
+    ``n`` iterations times its own body."""
+    n = trip_count(op.attrs["n"], counter.dims) or 0
+    body = op.regions[0]
+    total = n * counter.block(body)
+    for inner in body.ops:
+        if has_trait(inner, "counted"):
+            total += repeat_counts(inner, n)[1] * counter.block(inner.regions[0])
+    return total
+
+
+def memory(walk, op) -> None:
+    """The stacked outputs from the loop's start, and one iteration's body on top (every
+    iteration has the same profile); none for a loop that runs zero times."""
+    nc = op.attrs["n_carry"]
+    ys = sum(value_bytes(r, walk.dims) for r in op.results[nc:])
+    walk.bump(ys)
+    n = trip_count(op.attrs["n"], walk.dims)
+    if n is None or n > 0:
+        walk.block(op.regions[0])
+    walk.live -= ys

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ...ir.core import Op
 from ...ir.types import TensorType
 from ...ir.verifier import ANNOTATION_ATTRS, types_text
+from ...memory.sizes import trip_count
 from ..registry import ends, has_trait
 
 
@@ -43,3 +44,24 @@ def verify(checker, op) -> None:
     if [r.type for r in op.results] != carries:
         checker.fail(op, f"has result types {types_text(r.type for r in op.results)} but "
                          f"carries {types_text(carries)}")
+
+
+def repeat_counts(op, n_outer: int) -> tuple[int, int]:
+    """(the most times, the total times) `op` (a ``repeat``, ``a, b >= 0``) runs over the
+    `n_outer` iterations of its enclosing loop."""
+    a, b = op.attrs["count"]
+    if n_outer <= 0:
+        return 0, 0
+    return a * (n_outer - 1) + b, a * n_outer * (n_outer - 1) // 2 + b * n_outer
+
+
+def flops(op, counter) -> int:
+    """Nothing on its own: its enclosing loop counts it, from its total count (`loop.flops`)."""
+    return 0
+
+
+def memory(walk, op) -> None:
+    """Its body's values, when it runs at all in its enclosing loop (no stacks)."""
+    n = trip_count(op.parent.parent.attrs["n"], walk.dims)
+    if n is None or repeat_counts(op, n)[0] > 0:
+        walk.block(op.regions[0])
