@@ -144,15 +144,14 @@ def _milp_optimum(module, fn, budget, seconds):
 
 def _dp_alone(module, fn, budget):
     """The chain DP alone at `budget`: (exact peak, recomputed FLOPs, CPU s) or None."""
-    from adcompiler.remat.chain import build_chain, solve_chain
+    from adcompiler.remat.chain import solve_chains
     from adcompiler.remat.dag import build_problem
     from adcompiler.remat.straight import _apply, _flops
     start = time.process_time()
     prob = build_problem(module, fn, {})
-    ch = build_chain(prob, module, {})
     base = predict_peak(module, fn, {}).peak_bytes
-    got = solve_chain(ch, budget, base, lambda cl: _apply(module, fn, cl, {})[3]) \
-        if ch is not None else None
+    _, got = solve_chains(prob, module, {}, budget, base,
+                          lambda cl: _apply(module, fn, cl, {})[3])
     if got is None:
         return None
     return got[1], _flops(prob, got[0].clones), time.process_time() - start

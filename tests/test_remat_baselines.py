@@ -126,6 +126,20 @@ def test_milp_deadline_grows_with_the_model_and_is_capped():
     assert deadline(10**6) == 10.0 and deadline(10**5, limit=60) == pytest.approx(25.0)
 
 
+def test_every_policy_reports_the_same_stats_keys(tmp_path):
+    m, _ = compiled(tmp_path, mlp(4))
+    keys, inner = set(), set()
+    for policy in ("none", "sqrt", "revolve:2", "mincut", "min-memory", "budget:1GiB"):
+        stats = consistent(remat_stats(m, schedule(m, policy, time_limit=60)))
+        keys.add(tuple(sorted(stats)))
+        if stats["straight_line"] is not None:
+            inner.add(tuple(sorted(stats["straight_line"])))
+        assert stats["guarantee"] in ("optimal", "gap", "heuristic")
+        assert (stats["gap"] == 0.0) if stats["optimal"] else \
+            (stats["gap"] is None) == (stats["guarantee"] == "heuristic")
+    assert len(keys) == 1 and "straight_line" in keys.pop() and len(inner) == 1
+
+
 def test_stats_optimal_when_proven(tmp_path):
     m, _ = compiled(tmp_path, mlp(2))
     stats = consistent(remat_stats(m, schedule(m, "min-memory", time_limit=60)))

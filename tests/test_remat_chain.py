@@ -139,10 +139,14 @@ def test_decomposition_of_a_chain(tmp_path):
 def test_decomposition_of_blocks_that_are_not_chains(tmp_path):
     m, inputs = compiled(tmp_path, residual_blocks(5))
     prob = build_problem(m, "f_grad", {})
-    ch = build_chain(prob, m, {})
+    ch = build_chain(prob, m, {}, merge=False)
     # x is an input, so the first block is cut after its tanh too: 2 + 4 blocks + loss
     assert ch is not None and ch.size == 7
     assert [len(ops) for ops in ch.stages[2:6]] == [3] * 4    # matmul, tanh, add
+    # merged: the one-op segment (the first add) joins the next, its output droppable
+    assert [len(ops) for ops in ch.stages[:3]] == [2, 1, 3]
+    merged = build_chain(prob, m, {})
+    assert merged.stages == ch.stages[:1] + [ch.stages[1] + ch.stages[2]] + ch.stages[3:]
     ref, none_peak = measure(m, inputs)
     for policy in ("min-memory", f"budget:{none_peak * 3 // 4}"):
         sched = schedule(m, policy)

@@ -80,13 +80,27 @@ class Chain:
         return len(self.stages)
 
 
-def build_chain(prob: Problem, module: Module, dims,
-                with_options: bool = True) -> Chain | None:
+def _merge_single_ops(prob: Problem, cuts: list[Value]) -> list[Value]:
+    """The cuts without those that end a one-op segment followed by a segment of several
+    ops: that op's output becomes a tape value of the next segment, which its options may
+    drop and recompute (a layernorm before a feed-forward block), where as a cut it could
+    only be kept or recomputed with everything after it. Chains of one-op segments keep
+    every cut."""
+    ends = [-1] + [prob.born[c] for c in cuts] + [prob.boundary - 1]
+    return [c for i, c in enumerate(cuts)
+            if not (ends[i + 1] - ends[i] == 1 and ends[i + 2] - ends[i + 1] > 1)]
+
+
+def build_chain(prob: Problem, module: Module, dims, with_options: bool = True,
+                merge: bool = True) -> Chain | None:
     """The chain of segments of `prob`'s forward code, or None when it has fewer than 2;
-    `with_options`: each segment's tape options (`tapes`), else its whole tape only."""
+    `with_options`: each segment's tape options (`tapes`), else its whole tape only;
+    `merge`: one-op segments merged into the next (`_merge_single_ops`)."""
     B = prob.boundary
     read = set(prob.reverse_uses)
     cuts = [c for c in chain_boundaries(prob) if c in read]
+    if merge:
+        cuts = _merge_single_ops(prob, cuts)
     if len(cuts) > MAX_SEGMENTS:                 # coarsen evenly
         step = len(cuts) / MAX_SEGMENTS
         cuts = [cuts[int((k + 1) * step) - 1] for k in range(MAX_SEGMENTS)]
@@ -265,15 +279,13 @@ class _Tables:
             t = s + d
             # keep the tape of s (an option of it): recompute all of s, then t..s+1, then
             # the reverse of s (with the option's clones); -1 - option in Cc
-            best = np.full((K - d, Q + 1), INF)
-            keep = np.full((K - d, Q + 1), -1, dtype=np.int16)
-            for o in range(O):
-                b = shifted(C[s + 1, t], oab[s, o]) + (oua[s, o] + oex[s, o])[:, None]
-                thr = np.maximum(orv[s, o] + over_[s], ofw[s, o] + over_[t])
-                b[m[None, :] < thr[:, None]] = INF
-                upd = b < best
-                best = np.where(upd, b, best)
-                keep[upd] = -1 - o
+            b = shifted(np.repeat(C[s + 1, t], O, axis=0), oab[s].ravel())
+            b = b.reshape(K - d, O, Q + 1) + (oua[s] + oex[s])[:, :, None]
+            thr = np.maximum(orv[s] + over_[s][:, None], ofw[s] + over_[t][:, None])
+            b[m[None, None, :] < thr[:, :, None]] = INF
+            arg = b.argmin(axis=1)
+            best = np.take_along_axis(b, arg[:, None, :], axis=1)[:, 0, :]
+            keep = (-1 - arg).astype(np.int16)
             # forward to c_{s'-1} and keep it: s' = s + 1 + j, j in 0..d-1
             j = np.arange(d)
             sp = s[:, None] + 1 + j[None, :]
@@ -300,14 +312,12 @@ class _Tables:
         cuinf = np.concatenate([[0], np.cumsum(np.isinf(ua))])
         for s in range(K - 1, -1, -1):
             DS[s] = shifted(D[s + 1:s + 2], abar_[s:s + 1])[0]      # the whole tape kept
-            best = np.full(Q + 1, INF)          # keep an option of s's tape: -1 - option
-            choice = np.full(Q + 1, -1, dtype=np.int16)
-            for o in range(O):
-                b = shifted(D[s + 1:s + 2], oab[s, o:o + 1])[0] + oex[s, o]
-                b[m < orv[s, o] + over[s]] = INF
-                upd = b < best
-                best = np.where(upd, b, best)
-                choice[upd] = -1 - o
+            # keep an option of s's tape: -1 - option
+            b = shifted(np.repeat(D[s + 1:s + 2], O, axis=0), oab[s]) + oex[s][:, None]
+            b[m[None, :] < (orv[s] + over[s])[:, None]] = INF
+            arg = b.argmin(axis=0)
+            best = b[arg, m]
+            choice = (-1 - arg).astype(np.int16)
             sp = np.arange(s + 1, K + 1)
             cand = shifted(D[sp], a_[sp]) + C[s, sp - 1]
             k = np.argmin(cand, axis=0)
@@ -417,7 +427,7 @@ def _least(ch: Chain, store_all: int, exact, tab: _Tables | None = None) -> tupl
 
 
 def solve_chain(ch: Chain, budget: int | None, store_all: int, exact,
-                tries: int = 4) -> tuple[Plan, int] | None:
+                tries: int = 4, fallbacks: bool = True) -> tuple[Plan, int] | None:
     """The DP's schedule for `budget` (None: the least peak) and its exact peak
     (`exact(clones)`). While the exact peak misses the budget (the chain model rounds sizes
     to its units and does not see every byte), the DP's schedule for fewer units is taken,
@@ -425,12 +435,12 @@ def solve_chain(ch: Chain, budget: int | None, store_all: int, exact,
     store-all profile, then with the bytes alone (more room kept); when neither has a
     schedule that fits, the schedule of least peak in the last table is tried, then the one
     of `budget` None (so that `min-memory`'s peak is always a budget that fits). None if
-    nothing fits."""
+    nothing fits. Without `fallbacks`, only the first model's schedules are tried."""
     if budget is None:
         return _least(ch, store_all, exact)
     tab = None
     for model in (ch, replace(ch, over=ch.raw_over) if ch.raw_over else None):
-        if model is None:
+        if model is None or (model is not ch and not fallbacks):
             continue
         tab = _Tables(model, budget)
         m = tab.units(budget)
@@ -442,8 +452,30 @@ def solve_chain(ch: Chain, budget: int | None, store_all: int, exact,
             if peak <= budget:
                 return plan, peak
             m -= max(1, -(-(peak - budget) // tab.unit))
-    for table in (tab, None):     # the last table's least peak, then min-memory's schedule
+    for table in (tab, None) if fallbacks else ():
+        # the last table's least peak, then min-memory's schedule
         least = _least(ch, store_all, exact, table)
         if least is not None and least[1] <= budget:
             return least
     return None
+
+
+def solve_chains(prob: Problem, module: Module, dims, budget: int | None, store_all: int,
+                 exact) -> tuple[list[Chain], tuple[Plan, int, Chain] | None]:
+    """The chains of `prob` (one-op segments merged into the next, and every cut when that
+    differs) and the DP's best schedule over them: the fewest FLOPs that fit `budget`, or
+    (None) the least peak; (plan, exact peak, its chain). The second chain is solved without
+    `solve_chain`'s fallbacks once the first has a schedule."""
+    chains = [ch for ch in (build_chain(prob, module, dims),
+                            build_chain(prob, module, dims, merge=False)) if ch is not None]
+    if len(chains) == 2 and chains[0].stages == chains[1].stages:
+        chains.pop()
+    best = None
+    for ch in chains:     # the second only where it can beat the first: no fallbacks
+        got = solve_chain(ch, budget, store_all, exact, fallbacks=best is None)
+        if got is None:
+            continue
+        key = (got[1], got[0].flops) if budget is None else (got[0].flops, got[1])
+        if best is None or key < best[0]:
+            best = (key, (got[0], got[1], ch))
+    return chains, best[1] if best else None

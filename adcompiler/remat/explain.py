@@ -118,6 +118,7 @@ def _explain_straight(stats: dict, sched: Schedule, dims) -> None:
     guarantee, gap, why = _guarantee(sched)
     stats.update({"solver": sl.solver if ran else None, "guarantee": guarantee,
                   "optimal": guarantee == "optimal", "gap": gap, "guarantee_why": why})
+    stats["straight_line"] = None       # the same keys for every policy
     if sl is None:
         return
     stats["straight_line"] = {"solver": sl.solver, "status": sl.status,

@@ -10,16 +10,16 @@ its exact peak predicted, and when the MILP stops at its deadline with a worse s
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
 from ..diagnostics import AdcError
 from ..ir.core import Module
 from ..memory.liveness import predict_peak
 from ..memory.sizes import format_bytes
-from ..passes.clone import clone_module
+from ..passes.clone import clone_function
 from ..passes.dce import dce_function
-from .chain import build_chain, solve_chain
+from .chain import solve_chains
 from .dag import Problem, apply_clones, build_problem
 from .milp import Solution, _Progress, model_size, objective, solve
 
@@ -52,12 +52,13 @@ class StraightLine:
 
 
 def _apply(module: Module, fn: str, clones: dict, dims) -> tuple[Module, None, list, int]:
-    """A copy of `module` with `clones` applied to `fn`: (module, None, the clones made as
-    (primal op index, clone), exact peak, `clones`)."""
+    """`module` with `clones` applied to a copy of `fn` (the other functions shared until
+    `_finish` copies them): (module, None, the clones made as (primal op index, clone),
+    exact peak, `clones`)."""
     out = module
     made = []
     if clones:
-        out = clone_module(module)
+        out = replace(module, functions={**module.functions, fn: clone_function(module[fn])[0]})
         made = apply_clones(out[fn], clones)
         dce_function(out[fn], out)
         kept = {id(op) for op in out[fn].body.ops}
@@ -90,6 +91,8 @@ def _infeasible(budget: int, floor: int, proven: bool) -> AdcError:
 
 def _finish(module: Module, fn: str, info: StraightLine, prob: Problem, applied) -> tuple:
     out, _, made = applied[:3]
+    out = replace(out, functions={name: f if name == fn else clone_function(f)[0]
+                                  for name, f in out.functions.items()})
     by_primal: dict[int, list] = {}
     for k, op in made:
         by_primal.setdefault(k, []).append(op)
@@ -125,20 +128,24 @@ def schedule_straight(module: Module, fn: str, budget: int | None, dims: Mapping
     # candidates: (exact peak, FLOPs, solver, proven, gap, applied)
     cands = []
     applied_by: dict[int, tuple] = {}
+    peaks: dict[tuple, tuple] = {}
 
     def exact(clones):
-        applied = _apply(module, fn, clones, dims)
-        applied_by[id(clones)] = applied
-        return applied[3]
-    ch = build_chain(prob, module, dims) if prob.clone_times else None
+        key = tuple(sorted((t, tuple(sorted(ks))) for t, ks in clones.items()))
+        if key not in peaks:
+            peaks[key] = _apply(module, fn, clones, dims)
+        applied_by[id(clones)] = peaks[key]
+        return peaks[key][3]
     start = time.perf_counter()
-    dp = None
+    chains, dp = [], None
+    if prob.clone_times:
+        with _Progress("chain DP", None):
+            chains, dp = solve_chains(prob, module, dims, budget, base, exact)
+    ch = chains[0] if chains else None
     if ch is not None:
-        with _Progress(f"chain DP ({ch.size} segments)", None):
-            dp = solve_chain(ch, budget, base, exact)
-        info.segments = ch.size
+        info.segments = (dp[2] if dp is not None else ch).size
     if dp is not None and dp[0].clones:     # (no clones: the store-all candidate below)
-        plan, peak = dp
+        plan, peak = dp[:2]
         cands.append((peak, _flops(prob, plan.clones), "chain-dp", False, None,
                       applied_by[id(plan.clones)]))
     info.seconds = time.perf_counter() - start
