@@ -27,6 +27,13 @@ the runners taking turns, after warm-up (adc's compilation and jax.jit's tracing
 the warm-up). "grad diff" is the largest relative difference ||g - g_adc|| / ||g_adc||
 over the parameters; for a training step, the same of the parameters after one update
 from the same start. A column whose framework is not installed is left out.
+
+Gradient rows also time each runner's forward pass alone (adc's ``function`` callable,
+PyTorch under ``no_grad``, ``jax.jit`` of the loss) and give the ratio of the gradient
+step's time to it ("grad/fwd"), beside the same ratio of FLOPs in adc's programs ("FLOPs
+grad/fwd", `adcompiler.memory.flops`): where the matrix products dominate, each one's
+adjoint costs two more of the same size, so a gradient near 3x the forward is what the
+arithmetic allows, and less where an input needs no gradient.
 """
 from __future__ import annotations
 
@@ -215,7 +222,9 @@ def grad_row(name, module, fn, sizes, params, inputs, frameworks, args) -> dict:
     loss, grads = adc_step()
     ref = {k: np.asarray(g, np.float64) for k, g in zip(params, grads)}
     row = {"model": name, "step": "grad", "threads": args.nthreads}
-    steps = {"adc": adc_step}
+    forward = adc.function(module, fn.name, dims=sizes)
+    row["flops"] = flop_ratio(vg, forward, sizes)
+    steps = {"adc": adc_step, "adc fwd": lambda: forward(**inputs)}
     if args.interpreter:
         run = Runner(vg.module, vg.fn_name)
 
@@ -241,6 +250,10 @@ def grad_row(name, module, fn, sizes, params, inputs, frameworks, args) -> dict:
 
             _, g = step()
             g = [t.numpy() for t in g]
+
+            def fwd(tin=tin, loss_fn=loss_fn):
+                with torch.no_grad():
+                    return loss_fn(*tin)
         else:
             import jax
             jin = [jax.numpy.asarray(inputs[k]) for k in order]
@@ -252,10 +265,23 @@ def grad_row(name, module, fn, sizes, params, inputs, frameworks, args) -> dict:
                 return out
 
             g = [np.asarray(t) for t in step()[1]]
+            jf = jax.jit(loss_fn)
+
+            def fwd(jf=jf, jin=jin):
+                return jax.block_until_ready(jf(*jin))
         steps[peer] = step
+        steps[f"{peer} fwd"] = fwd
         row[f"{peer} diff"] = rel_diff(dict(zip(params, g)), ref)
     row.update(time_steps(steps, args))
     return row
+
+
+def flop_ratio(grad, forward, sizes) -> float:
+    """FLOPs of adc's gradient program over those of its forward program."""
+    from adcompiler.memory.flops import function_flops
+    g = function_flops(grad.module[grad.fn_name], sizes, grad.module)
+    f = function_flops(forward.module[forward.fn_name], sizes, forward.module)
+    return g / f
 
 
 def train_row(name, module, fn, sizes, params, inputs, frameworks, args) -> dict:
@@ -336,6 +362,9 @@ def table(rows: list[dict]) -> str:
         head += ["interpreter ms"]
     for p in peers:
         head += [f"{p} ms", f"adc / {p}", f"grad diff vs {p}"]
+    fwd = any("adc fwd" in r for r in rows)
+    if fwd:
+        head += ["adc grad/fwd"] + [f"{p} grad/fwd" for p in peers] + ["FLOPs grad/fwd"]
     out = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for r in rows:
         cells = [r["model"], r["step"], str(r["threads"]), f"{r['adc']:.3f}"]
@@ -346,6 +375,10 @@ def table(rows: list[dict]) -> str:
                 cells += [f"{r[p]:.3f}", f"{r['adc'] / r[p]:.2f}", f"{r[p + ' diff']:.1e}"]
             else:
                 cells += ["-", "-", "-"]
+        if fwd:
+            cells += [f"{r[k] / r[k + ' fwd']:.2f}" if k + " fwd" in r else "-"
+                      for k in ("adc", *peers)]
+            cells.append(f"{r['flops']:.2f}" if "flops" in r else "-")
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
 

@@ -390,11 +390,12 @@ class Runner:
             raise RunError(f"missing input '{missing[0]}'") from None
         for j, (a, name, want) in enumerate(self._declared):
             v = arrays[j]
-            if type(v) is not ndarray or v.dtype != want:  # as given: the common case
+            # as given: the common case (NumPy's built-in dtypes are one object each)
+            if type(v) is not ndarray or (v.dtype is not want and v.dtype != want):
                 arrays[j] = convert_input(name, v, a.type.dtype, str(a.type), self.xp)
         # the binding is a function of the input shapes and `dims`: worked out once per
         # set of shapes (the common case: every step has the same)
-        shapes = (tuple(a.shape for a in arrays), tuple(dims.items()) if dims else ())
+        shapes = (tuple([a.shape for a in arrays]), tuple(dims.items()) if dims else ())
         known = self._bindings.get(shapes)
         if known is None:
             bound = bind_dims(fn, arrays, dims)
@@ -403,7 +404,7 @@ class Runner:
             known = self._bindings[shapes] = (bound, tuple(sorted(bound.items())))
         bound, key = known
         if self.checks:
-            named = {a.name: x for a, x in zip(fn.args, arrays)}
+            named = dict(zip([name for _, name, _ in self._declared], arrays))
             for check in self.checks:
                 check(named, bound)
         ex = self._executors.get(key)
@@ -415,8 +416,10 @@ class Runner:
         ex.live = ex.peak = 0
         if self.donate:
             ex.donate(fn, arrays)
-        outs = [o if type(o) is ndarray else self.xp.asarray(o)  # no NumPy scalars
-                for o in ex.call(fn, arrays)]
+        outs = ex.call(fn, arrays)
+        if not all([type(o) is ndarray for o in outs]):
+            outs = [o if type(o) is ndarray else self.xp.asarray(o)  # no NumPy scalars
+                    for o in outs]
         return outs, {"peak_bytes": ex.peak, "arena_bytes": ex.arena_bytes, "dims": dict(bound)}
 
 
