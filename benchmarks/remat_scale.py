@@ -37,6 +37,7 @@ from adcompiler.cli.compile import compile_program  # noqa: E402
 from adcompiler.cli.dtype import bind_dims  # noqa: E402
 from adcompiler.cli.inputs import DimBinder, random_inputs  # noqa: E402
 from adcompiler.diagnostics import AdcError  # noqa: E402
+from adcompiler.ir.calls import calls_bottom_up  # noqa: E402
 from adcompiler.memory import predict_peak  # noqa: E402
 from adcompiler.remat.explain import remat_stats  # noqa: E402
 from adcompiler.remat.policy import Policy  # noqa: E402
@@ -111,7 +112,8 @@ def checked(module, fn, sched, dims, inputs, run=True) -> dict:
 
 
 def ops_of(module, fn) -> int:
-    return sum(1 for _ in module[fn].walk())
+    """Ops of `fn` and of the functions it calls (a long plan's parts)."""
+    return sum(1 for name in calls_bottom_up(module, fn) for _ in module[name].walk())
 
 
 def _cpu_capped(seconds, fn, *args):

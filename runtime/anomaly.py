@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy
 
 from .executor import Executor, RunError
+from .liveness import borrows_args
 
 
 def nonfinite(a, xp=numpy) -> str | None:
@@ -91,8 +92,8 @@ class AnomalyExecutor(Executor):
         self._sweeps: dict[int, tuple] = {}  # id(function) -> (forward ops, adjoint ops)
         self._top: dict = {}                 # op -> its function and top-level ancestor op
 
-    def call(self, fn, arrays: list) -> list:
-        for arg, a in zip(fn.args, arrays):
+    def call(self, fn, arrays: list, borrowed: frozenset = frozenset()) -> list:
+        for arg, a in zip(() if borrows_args(fn) else fn.args, arrays):  # (checked already)
             kind = nonfinite(a, self.xp)
             if kind is not None:
                 raise RunError(f"anomaly: input '{arg.name}' of '{fn.name}' holds {kind} "
@@ -103,7 +104,7 @@ class AnomalyExecutor(Executor):
                 for op in top.walk():
                     self._top[op] = (fn, top)
         with numpy.errstate(all="ignore"):  # the check below reports what NumPy would warn
-            return super().call(fn, arrays)
+            return super().call(fn, arrays, borrowed)
 
     def sweep(self, op) -> str:
         """``forward``, ``recomputed forward``, ``adjoint`` or (in a training step) the

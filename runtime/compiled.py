@@ -48,7 +48,7 @@ from .buffers import returns_new, value_nbytes
 from .executor import ANNOTATION_ATTRS, RunError, SHAPE_ATTRS, Executor, check_slices
 from .kernels import BUILTIN, DTYPES, KERNELS, OUT_KERNELS
 from .kernels.linalg import einsum_matmul
-from .liveness import last_uses
+from .liveness import borrowed_positions, borrows_args, last_uses
 
 # built-in ops (deterministic; a plugin's op never is one of these names) evaluated at code
 # generation when their operands are constants
@@ -114,24 +114,27 @@ class CompiledExecutor(Executor):
         super().__init__(module, xp, dims, plan_buffers)
         self._programs: dict[int, object] = {}  # id(function) -> its compiled program
 
-    def call(self, fn, arrays: list) -> list:
+    def call(self, fn, arrays: list, borrowed: frozenset = frozenset()) -> list:
         if self.plan_buffers and id(fn) not in self._arenas:
             self._allocate_arena(fn)
-        program = self._programs.get(id(fn))
+        self.room_for_calls()
+        key = (id(fn), borrowed) if borrowed else id(fn)
+        program = self._programs.get(key)
         if program is None:
-            program = self._programs[id(fn)] = self.compile_function(fn)
+            program = self._programs[key] = self.compile_function(fn, borrowed)
         try:
             return program(*arrays)
         except (ValueError, IndexError):  # the interpreter names the op and its line
-            return Executor.call(self, fn, arrays)
+            return Executor.call(self, fn, arrays, borrowed)
 
     # -- code generation ------------------------------------------------------------------
-    def compile_function(self, fn):
+    def compile_function(self, fn, borrowed: frozenset = frozenset()):
+        """`fn` as a Python function; `borrowed`: arguments its frame does not count."""
         p = _Program()
         params = [p.var(a) for a in fn.args]
         p.lines.append(f"def program({', '.join(params)}):")
         ex = p.bind("e", self)
-        dead = last_uses(fn.body)
+        dead = last_uses(fn.body, borrowed)
         # results written into the input they replace (`Executor.donate`): the buffer is that
         # call's input array, so the input's variable is kept, not a constant
         self._donated = {r: params[j] for r, j in self._donations.get(id(fn), ())}
@@ -144,7 +147,7 @@ class CompiledExecutor(Executor):
         # live bytes, counted as the interpreter counts them (`Executor.run_block`): the sizes
         # are known, so the count is worked out here; ops run by the interpreter start from it
         size = lambda v: max(value_nbytes(v, self.dims), 0)  # noqa: E731
-        live = sum(size(a) for a in fn.args)
+        live = sum(size(a) for j, a in enumerate(fn.args) if j not in borrowed)
         peak = live
         live -= sum(size(v) for v in dead.get(-1, ()))
         body = [f"n0 = {ex}.live"]
@@ -162,7 +165,12 @@ class CompiledExecutor(Executor):
             else:
                 if self._direct(op) is None:  # run by the interpreter, which counts on
                     body.append(f"{ex}.live = n0 + {live}")
-                body += self._op_lines(p, op)
+                if op.name == "call" and borrows_args(self.module.functions[op.attrs["callee"]]):
+                    keep = borrowed_positions(op, set(dead.get(k, ())))
+                    body += self._via_interpreter(p, op, [], [p.var(r) for r in op.results],
+                                                  keep)
+                else:
+                    body += self._op_lines(p, op)
                 gone = [p.var(v) for v in dead.get(k, ())
                         if v in p.names and v not in self._consts and p.var(v) not in keep]
                 if gone:
@@ -362,9 +370,9 @@ class CompiledExecutor(Executor):
                  for k, v in op.attrs.items() if k not in ANNOTATION_ATTRS}
         return "kernel", attrs
 
-    def _via_interpreter(self, p: _Program, op, args, outs) -> list[str]:
+    def _via_interpreter(self, p: _Program, op, args, outs, keep=None) -> list[str]:
         """``run_op`` on an environment of the op's operands and of every outer value its
-        regions read."""
+        regions read (``run_call`` for a call that borrows operands `keep`)."""
         env_values = list(dict.fromkeys(
             [v for inner in op.walk() for v in inner.operands]))
         entries = []
@@ -372,7 +380,8 @@ class CompiledExecutor(Executor):
             if v in p.names:
                 entries.append(f"{p.bind('V', v)}: {p.var(v)}")
         o = p.bind("op", op)
-        run = p.bind("run", self.run_op)
+        run = p.bind("run", self.run_op if keep is None else
+                     functools.partial(self.run_call, keep=keep))
         env = "{" + ", ".join(entries) + "}"
         if not outs:
             return [f"{run}({o}, {env})"]

@@ -9,6 +9,7 @@ start; `adcompiler.memory` predicts this figure from the IR alone.
 """
 from __future__ import annotations
 
+import sys
 from collections import ChainMap
 from typing import Any, Mapping
 
@@ -19,7 +20,7 @@ from .inputs import convert_input, dim_conflict, shape_error
 from .errors import RunError, UnboundDimError  # noqa: F401  (raised here, imported from here)
 from .buffers import donations, plan_block, value_nbytes
 from .kernels import BUILTIN, DTYPES, ELEMENTWISE_OUT, KERNELS, OUT_KERNELS, OUT_RULES
-from .liveness import last_uses
+from .liveness import borrowed_positions, borrows_args, frames_needed, last_uses
 
 IR_DTYPES = {v: k for k, v in DTYPES.items()}  # "float32" -> "f32"
 SHAPE_ATTRS = ("shape", "n")  # attributes that may hold symbolic dimensions
@@ -112,13 +113,25 @@ class Executor:
         self._pairs: dict[Any, list] = {}    # carried value -> its two alternating arrays
         self._prepared: dict[Any, tuple] = {}  # op -> what `run_op` needs (`_prepare`)
         self._donations: dict[int, list] = {}  # id(function) -> `buffers.donations`
+        self._frames: int | None = None       # Python frames the deepest chain of calls needs
 
     # -- execution ------------------------------------------------------------------------
-    def call(self, fn, arrays: list) -> list:
+    def call(self, fn, arrays: list, borrowed: frozenset = frozenset()) -> list:
+        """Run `fn` on `arrays`; `borrowed`: the positions of the arguments its frame does
+        not count (a function that borrows its arguments, `liveness`)."""
         if self.plan_buffers and id(fn) not in self._arenas:
             self._allocate_arena(fn)
+        self.room_for_calls()
         env: dict = {}
-        return self.run_block(fn.body, env, arrays, keep_results=True)
+        return self.run_block(fn.body, env, arrays, keep_results=True, borrowed=borrowed)
+
+    def room_for_calls(self) -> None:
+        """Chains of calls recurse in the interpreter: raise Python's recursion limit, once,
+        to what the module's longest chain needs (`liveness.frames_needed`)."""
+        if self._frames is None:
+            self._frames = frames_needed(self.module)
+            if self._frames > sys.getrecursionlimit():
+                sys.setrecursionlimit(self._frames)
 
     # -- planned buffers ------------------------------------------------------------------
     def in_place_results(self, op) -> list:
@@ -182,32 +195,44 @@ class Executor:
             self._pairs[v] = [view(v, off) for off in offs]
             self._views[v] = self._pairs[v][0]
 
-    def _schedule(self, block):
-        """`block`'s ops, each with the values that die after it (the `last_uses` rule)."""
-        dead = last_uses(block)
-        return dead.get(-1, ()), [(op, dead.get(k, ())) for k, op in enumerate(block.ops)]
+    def _schedule(self, block, borrowed=frozenset()):
+        """`block`'s ops, each with the values that die after it (the `last_uses` rule) and,
+        for a call of a function that borrows its arguments, the operands that stay this
+        frame's (`liveness.borrowed_positions`; None for other ops); `borrowed` arguments
+        are the caller's to free, never this frame's."""
+        dead = last_uses(block, borrowed)
+        steps = []
+        for k, op in enumerate(block.ops):
+            keep = None
+            if op.name == "call" and borrows_args(self.module.functions[op.attrs["callee"]]):
+                keep = borrowed_positions(op, set(dead.get(k, ())))
+            steps.append((op, dead.get(k, ()), keep))
+        return dead.get(-1, ()), steps
 
-    def run_block(self, block, env, args, keep_results=False) -> list:
-        sched = self._schedules.get(id(block))
+    def run_block(self, block, env, args, keep_results=False, borrowed=frozenset()) -> list:
+        key = (id(block), borrowed) if borrowed else id(block)
+        sched = self._schedules.get(key)
         if sched is None:
-            sched = self._schedules[id(block)] = self._schedule(block)
+            sched = self._schedules[key] = self._schedule(block, borrowed)
         dead_args, steps = sched
         live = self.live
-        for v, a in zip(block.args, args):
+        for j, (v, a) in enumerate(zip(block.args, args)):
             env[v] = a
-            live += a.nbytes
+            if j not in borrowed:
+                live += a.nbytes
         self.peak = max(self.peak, live)
         for v in dead_args:
             live -= env.pop(v).nbytes
         self.live = live
-        for op, dead in steps:
+        for op, dead, keep in steps:
             if op.name in ("return", "yield"):
                 out = [env[v] for v in op.operands]
                 for v in dead:
                     if not keep_results or v not in op.operands:
                         self.live -= env.pop(v).nbytes
                 return out
-            results = self.run_op(op, env)  # a loop or a call counts its own frame
+            # a loop or a call counts its own frame
+            results = self.run_op(op, env) if keep is None else self.run_call(op, env, keep)
             live = self.live
             for v, r in zip(op.results, results):
                 env[v] = r
@@ -277,6 +302,17 @@ class Executor:
         for k, (a, want) in enumerate(zip(outs, dtypes)):
             if getattr(a, "dtype", None) != want:
                 outs[k] = self.xp.asarray(a, dtype=want)
+        return outs
+
+    def run_call(self, op, env, keep: frozenset) -> list:
+        """A call of a function that borrows its arguments: the operands not in `keep` move
+        into its frame for the call (this frame counts them again once it returns, until
+        its schedule frees them, as for any op)."""
+        args = [env[v] for v in op.operands]
+        moved = sum(a.nbytes for j, a in enumerate(args) if j not in keep)
+        self.live -= moved
+        outs = self.call(self.module.functions[op.attrs["callee"]], args, keep)
+        self.live += moved - sum(a.nbytes for a in outs)
         return outs
 
     def _resolve(self, value):

@@ -26,8 +26,8 @@ class RoundingExecutor(Executor):
         super().__init__(module, *(() if xp is None else (xp,)), dims=dims, plan_buffers=False)
         self.narrow = narrow or bfloat16()
 
-    def call(self, fn, arrays: list) -> list:
-        return super().call(fn, [self._round(a) for a in arrays])
+    def call(self, fn, arrays: list, borrowed: frozenset = frozenset()) -> list:
+        return super().call(fn, [self._round(a) for a in arrays], borrowed)
 
     def run_op(self, op, env) -> list:
         outs = super().run_op(op, env)

@@ -13,7 +13,7 @@ from adcompiler.ir.parser import parse_module
 from adcompiler.ir.printer import print_module
 from adcompiler.ir.verifier import verify
 from adcompiler.memory import predict_peak
-from adcompiler.remat import loops
+from adcompiler.remat import loops, parts
 from adcompiler.remat.binomial import advances, binomial_plan, sqrt_plan
 from adcompiler.remat.schedule import schedule
 from adc_runtime import cuda as backend
@@ -93,27 +93,29 @@ def test_compact_schedules_on_every_executor(case, policy, compact):
     assert loops_at_top(out) <= 8
     want = advances(sqrt_plan(n) if policy == "sqrt" else binomial_plan(n, int(policy[8:])))
     assert sum(r.recomputed_steps for r in sched.rewrites) == want
-    # NumPy interpreter: bits and the predicted peak
-    got, stats = run_function(out, "f_grad", data)
+    check_every_executor(out, data, ref)
+
+
+def check_every_executor(out, data, ref, fn="f_grad"):
+    """Bits on the interpreter, the compiled executor, emitted Python and the CUDA backend
+    (NumPy dressed as CuPy); the predicted peak measured by both executors."""
+    got, stats = run_function(out, fn, data)
     assert all(np.array_equal(a, b) for a, b in zip(got, ref))
-    assert stats["peak_bytes"] == predict_peak(out, "f_grad").peak_bytes
-    # compiled executor: the same bits and the same count
-    compiled = Runner(out, "f_grad", make_executor=lambda d: CompiledExecutor(out, np, d))
+    assert stats["peak_bytes"] == predict_peak(out, fn).peak_bytes
+    compiled = Runner(out, fn, make_executor=lambda d: CompiledExecutor(out, np, d))
     got, cstats = compiled(data)
     assert all(np.array_equal(a, b) for a, b in zip(got, ref))
     assert cstats["peak_bytes"] == stats["peak_bytes"]
-    # emitted Python
     ns: dict = {}
-    exec(compile(emit_python(out, "f_grad"), "emitted.py", "exec"), ns)
-    got = ns["f_grad"](*[data[a.name] for a in out["f_grad"].args])
+    exec(compile(emit_python(out, fn), "emitted.py", "exec"), ns)
+    got = ns[fn](*[data[a.name] for a in out[fn].args])
     assert all(np.array_equal(a, b) for a, b in zip(got, ref))
-    # the CUDA backend, on NumPy dressed as CuPy
     from test_cuda_runtime import fake_cupy
     fused = ensure_fused(out)
     specs = kernel_specs(fused)
     cp = fake_cupy({s.name: op for op, s in specs.items()}, [])
     backend._KERNELS.clear()
-    got, _ = backend.run_function(fused, "f_grad", data, specs, cupy=cp)
+    got, _ = backend.run_function(fused, fn, data, specs, cupy=cp)
     assert all(np.array_equal(a, b) for a, b in zip(got, ref))
 
 
@@ -131,9 +133,12 @@ EDGE = {
 
 @pytest.mark.parametrize("case", sorted(EDGE))
 @pytest.mark.parametrize("policy", POLICIES)
-@pytest.mark.parametrize("min_run", [3, loops.MIN_RUN])
-def test_edge_trip_counts_under_every_policy(case, policy, min_run, monkeypatch):
-    monkeypatch.setattr(loops, "MIN_RUN", min_run)
+@pytest.mark.parametrize("form", ["a loop per piece", "compact runs", "shared parts"])
+def test_edge_trip_counts_under_every_policy(case, policy, form, monkeypatch):
+    """Each form from the first piece: runs and chains as nested loops (`MIN_RUN`), parts
+    of the plan as functions (`parts.MIN_PIECES`)."""
+    monkeypatch.setattr(loops, "MIN_RUN", 3 if form == "compact runs" else loops.MIN_RUN)
+    monkeypatch.setattr(parts, "MIN_PIECES", 1 if form == "shared parts" else parts.MIN_PIECES)
     build, inputs = EDGE[case]
     m, data = build(), inputs()
     ref, _ = run_function(m, "f_grad", data)

@@ -13,6 +13,7 @@ import keyword
 import math
 import os
 
+from ..ir.calls import callees, calls_bottom_up
 from ..ir.core import Block, Function, Module, Op
 from ..ir.types import NUMPY_DTYPE, dim_symbols, is_symbol
 from ..ir.verifier import ANNOTATION_ATTRS
@@ -326,15 +327,13 @@ class _FunctionEmitter:
 def _needs_dims(module: Module) -> dict[str, bool]:
     """Functions that must be handed sizes their arguments' shapes cannot tell."""
     memo: dict[str, bool] = {}
-
-    def needs(name: str) -> bool:
-        if name not in memo:
-            fn = module[name]
-            memo[name] = bool(set(_symbols(fn)) - set(_bindable(fn))) or any(
-                needs(op.attrs["callee"]) for op in fn.walk() if has_trait(op, "calls"))
-        return memo[name]
-
-    return {name: needs(name) for name in module.functions}
+    for root in module.functions:
+        for name in calls_bottom_up(module, root):      # callees first
+            if name not in memo:
+                fn = module[name]
+                memo[name] = bool(set(_symbols(fn)) - set(_bindable(fn))) or any(
+                    memo.get(c, False) for c in callees(module, name))
+    return memo
 
 
 def emit_python(module: Module, fn_name: str, output_names: list[str] | None = None,

@@ -77,6 +77,9 @@ class _Checker:
             if got != list(f.result_types):
                 self.fail(term, f"returns {types_text(got)} but the function declares "
                                 f"{types_text(f.result_types)}")
+            if f.attrs.get("borrows_args") and set(term.operands) & set(f.args):
+                self.fail(term, "returns an argument of a function that borrows its "
+                                "arguments (the caller may still count it)")
 
     def block(self, block: Block, kind: str, owner) -> None:
         """Check `block`, of kind `kind` (``"function"`` or ``"region"``: the terminator it

@@ -8,7 +8,12 @@ The convention (pinned by tests/test_memory.py against `adc_runtime.executor`):
 * an op's results are all counted before its dead operands are freed, so the op's inputs and
   outputs are live together; an unused result is counted and freed at once;
 * function inputs count from the start and outputs until the end (inputs and outputs
-  included); a ``call`` counts its callee's frame on top of the caller's;
+  included); a ``call`` counts its callee's frame on top of the caller's: the callee's
+  arguments again, in full, unless it borrows them (``borrows_args``: an operand that dies
+  at the call moves into the callee's frame, the others stay the caller's; see
+  `adc_runtime.liveness`). A frame is the same at every call that moves the same operands,
+  so it is walked once per function and moved operands, callees first (no recursion along
+  chains of calls);
 * a ``for`` loop counts its stacked outputs (``n`` x the slice) from its start, and per
   iteration the body's arguments (the ``i64`` index, the carries and the slices of the
   scanned inputs, each again in full) plus the body's own values. Every iteration has the same
@@ -25,6 +30,13 @@ from typing import Mapping
 from ..ir.core import Block, Function, Module, Op, Value
 from ..ops.registry import STRUCTURAL, has_trait
 from .sizes import value_bytes
+
+
+class _Unknown(Exception):
+    """A call whose frame is not known yet (`_Walk.frame`)."""
+
+    def __init__(self, key):
+        self.key = key
 
 
 @dataclass
@@ -46,6 +58,8 @@ class _Walk:
         self.peak_op: Op | None = None
         self.snapshot: list[tuple[Value, int]] = []
         self._plans: dict[int, dict] = {}
+        self.frames: dict[tuple, tuple[int, int, int, int]] = {}   # (callee, borrowed) -> `frame`
+        self.known_only = False     # a callee's walk: stop at a call of an unknown frame
 
     def bump(self, nbytes: int) -> None:
         self.live += nbytes
@@ -71,13 +85,16 @@ class _Walk:
         if v in self.tracked:
             self.tlive -= nb
 
-    def block(self, block: Block, keep_results: bool = False) -> None:
-        plan = self._plans.get(id(block))
+    def block(self, block: Block, keep_results: bool = False,
+              borrowed: frozenset = frozenset()) -> None:
+        key = (id(block), borrowed) if borrowed else id(block)
+        plan = self._plans.get(key)
         if plan is None:
             from adc_runtime.liveness import last_uses  # the rule the runtime frees by
-            plan = self._plans[id(block)] = last_uses(block)
-        for v in block.args:
-            self.add(v)
+            plan = self._plans[key] = last_uses(block, borrowed)
+        for j, v in enumerate(block.args):
+            if j not in borrowed:
+                self.add(v)
         for v in plan.get(-1, ()):
             self.drop(v)
         for k, op in enumerate(block.ops):
@@ -87,7 +104,12 @@ class _Walk:
                         self.drop(v)
                 return
             saved, self.current = self.current, op
-            self.op(op)
+            if has_trait(op, "calls") and \
+                    self.module.functions[op.attrs["callee"]].attrs.get("borrows_args"):
+                from adc_runtime.liveness import borrowed_positions
+                self.call(op, borrowed_positions(op, set(plan.get(k, ()))))
+            else:
+                self.op(op)
             for v in op.results:
                 self.add(v)
             self.current = saved
@@ -100,6 +122,67 @@ class _Walk:
         d = STRUCTURAL.get(op.name)
         if d is not None and d.memory is not None:
             d.memory(self, op)
+
+    def call(self, op: Op, borrowed: frozenset | None) -> None:
+        """A call: its callee's frame on top of this one's. `borrowed`: the operands that
+        stay this frame's when the callee borrows its arguments (the others move into the
+        callee's frame for the call); None when it copies them all."""
+        moved = []
+        if borrowed is not None:
+            moved = [v for j, v in enumerate(op.operands) if j not in borrowed]
+            for v in moved:
+                self._shift(v, -1)
+        key = (op.attrs["callee"], borrowed)
+        if key not in self.frames and self.known_only:
+            raise _Unknown(key)
+        peak, tpeak, rest, trest = self.frame(*key)
+        if self.live + peak > self.peak:
+            self.peak, self.peak_op = self.live + peak, self.current
+        if self.capture_at is not None and not self.snapshot and \
+                self.live + peak == self.capture_at:  # (the caller's values, at the call)
+            self.snapshot = sorted(self.values.items(), key=lambda kv: -kv[1])
+        self.tpeak = max(self.tpeak, self.tlive + tpeak)
+        self.live += rest
+        self.tlive += trest
+        for v in moved:
+            self._shift(v, 1)
+
+    def _shift(self, v: Value, sign: int) -> None:
+        """Stop (-1) or resume (+1) counting `v` here, without a new peak."""
+        nb = sign * value_bytes(v, self.dims)
+        self.live += nb
+        if v in self.tracked:
+            self.tlive += nb
+
+    def frame(self, name: str, borrowed: frozenset | None) -> tuple[int, int, int, int]:
+        """The frame of function `name` over the caller's live bytes, with the arguments at
+        `borrowed` not its own (None: it copies them all): (its peak, its peak of tracked
+        bytes, what it leaves live, tracked bytes left). Walked once per function and
+        `borrowed`, callees first: a walk that meets a call whose frame is not known yet
+        stops, and resumes after that frame (an explicit stack, no recursion)."""
+        todo = [(name, borrowed)]
+        while todo:
+            key = todo[-1]
+            if key in self.frames:
+                todo.pop()
+                continue
+            f = self.module.functions[key[0]]
+            w = _Walk(self.module, self.dims, self.tracked, None)
+            w.frames, w._plans = self.frames, self._plans
+            w.known_only = True
+            try:
+                w.block(f.body, keep_results=True, borrowed=key[1] or frozenset())
+            except _Unknown as e:
+                if e.key in todo:
+                    raise ValueError(f"@{e.key[0]} calls itself: its frame has no bound") \
+                        from None
+                todo.append(e.key)
+                continue
+            for v in f.returned:
+                w.drop(v)
+            self.frames[key] = (w.peak, w.tpeak, w.live, w.tlive)
+            todo.pop()
+        return self.frames[name, borrowed]
 
 
 def predict_peak(module: Module, fn: str | Function, dims: Mapping[str, int] | None = None,

@@ -36,12 +36,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..ir.builder import Builder
-from ..ir.core import Block, Function, Op, Value, replace_all_uses, uses
-from ..ops.control import REPEAT
+from ..ir.calls import calls_bottom_up
+from ..ir.core import Block, Function, Module, Op, Value, replace_all_uses, uses
+from ..ops.control import CALL, REPEAT
 from ..ir.types import TensorType
 from ..ops.registry import has_trait
 from ..passes.clone import clone_op
-from .binomial import Chain, Leaf, Plan, Segments, Split, expand, starts
+from ..passes.dce import dce_function
+from .binomial import Chain, Leaf, Plan, Segments, Split, expand
+from .parts import MIN_PIECES, captured, length, part_keys, pieces
 
 I64 = TensorType("i64")
 
@@ -104,50 +107,58 @@ MIN_RUN = 100   # runs and chains of this many blocks on are emitted as nested l
 Start = int | Value    # the first iteration of a piece: a constant, or an i64[] of the enclosing loop
 
 
-def _spine(plan: Plan) -> tuple[list[tuple[int, int, Plan]], Leaf]:
-    """`plan`'s splits along its right spine, as (a, m, left), and the leaf it ends in."""
+def _spine(plan: Plan) -> tuple[list[tuple[int, int, int, Plan | None]], Leaf]:
+    """`plan`'s splits along its right spine, as ``(a, ell, g, left)``: `g` consecutive
+    splits `ell` steps apart from ``a`` whose left parts are single leaves (``left`` None),
+    or one split whose left part is `left` (``g = 1``); and the leaf it ends in. A
+    `Segments` node stays one entry, whatever its length."""
     items = []
     while True:
         if isinstance(plan, Segments):
-            cuts = [plan.a] + list(starts(plan))
-            items += [(x, y, Leaf(x, y)) for x, y in zip(cuts, cuts[1:])]
-            plan = Leaf(cuts[-1], cuts[-1] + plan.ell)
+            items.append((plan.a, plan.f, 1, None))
+            if plan.q > 1:
+                items.append((plan.a + plan.f, plan.ell, plan.q - 1, None))
+            last = plan.a + plan.f + (plan.q - 1) * plan.ell
+            plan = Leaf(last, last + plan.ell)
         if isinstance(plan, Chain):
             plan = expand(plan)
         if not isinstance(plan, Split):
             return items, plan
-        items.append((plan.a, plan.m, plan.left))
+        left = None if isinstance(plan.left, Leaf) else plan.left
+        items.append((plan.a, plan.m - plan.a, 1, left))
         plan = plan.right
 
 
-def _runs(items: list[tuple[int, int, Plan]]) -> list[tuple]:
-    """Spine items grouped: ``("run", a0, ell, g)`` for `MIN_RUN` or more consecutive
+def _runs(items: list[tuple[int, int, int, Plan | None]], min_run: int) -> list[tuple]:
+    """Spine items grouped: ``("run", a0, ell, g)`` for `min_run` or more consecutive
     checkpoints `ell` steps apart whose left parts are single leaves; ``("one", a, m, left)``
     for the others."""
     out, k = [], 0
     while k < len(items):
-        a, m, left = items[k]
-        j = k
-        while isinstance(left, Leaf) and j + 1 < len(items) and \
-                isinstance(items[j + 1][2], Leaf) and items[j + 1][1] - items[j + 1][0] == m - a:
-            j += 1
-        if isinstance(left, Leaf) and j - k + 1 >= MIN_RUN:
-            out.append(("run", a, m - a, j - k + 1))
-            k = j + 1
-        else:
-            out.append(("one", a, m, left))
+        a, ell, g, left = items[k]
+        k += 1
+        if left is not None:
+            out.append(("one", a, a + ell, left))
+            continue
+        while k < len(items) and items[k][3] is None and items[k][1] == ell:
+            g += items[k][2]
             k += 1
+        if g >= min_run:
+            out.append(("run", a, ell, g))
+        else:
+            out += [("one", x, x + ell, Leaf(x, x + ell)) for x in range(a, a + g * ell, ell)]
     return out
 
 
 def _step_block(body: Block, a: Start, nc: int, xs_full: list[Value], keep_x: list[int],
-                scanned: list[int], b: Builder) -> tuple[Block, dict]:
+                scanned: list[int], b: Builder, outer: dict) -> tuple[Block, dict]:
     """A copy of loop body `body` for iterations ``[a, ...)``: index ``j + a``; scanned input
-    ``k`` (not in `scanned`) read as ``xs_full[k][j + a]``. Returns the block (without its
-    yield) and the value map."""
+    ``k`` (not in `scanned`) read as ``xs_full[k][j + a]``; the values it reads from outside
+    renamed by `outer`. Returns the block (without its yield) and the value map."""
     block = Block([I64] + [v.type for v in body.args[1:1 + nc]],
                   [body.args[0].name] + [v.name for v in body.args[1:1 + nc]])
-    vmap: dict[Value, Value] = dict(zip(body.args[:1 + nc], block.args))
+    vmap: dict[Value, Value] = dict(outer)
+    vmap.update(zip(body.args[:1 + nc], block.args))
     x_args = body.args[1 + nc:]
     for k in scanned:
         vmap[x_args[k]] = block.add_arg(x_args[k].type, x_args[k].name)
@@ -158,7 +169,8 @@ def _step_block(body: Block, a: Start, nc: int, xs_full: list[Value], keep_x: li
         g = vmap[body.args[0]]
         for k in keep_x:
             if k not in scanned:
-                vmap[x_args[k]] = b.emit("index", xs_full[k], g, idx=("?",))
+                vmap[x_args[k]] = b.emit("index", outer.get(xs_full[k], xs_full[k]), g,
+                                         idx=("?",))
         for op in body.ops[:-1]:
             b.insert(clone_op(op, vmap))
     return block, vmap
@@ -167,8 +179,8 @@ def _step_block(body: Block, a: Start, nc: int, xs_full: list[Value], keep_x: li
 class LoopRewriter:
     """Emits the forward and reverse sweeps of one `LoopPair` under one plan."""
 
-    def __init__(self, fn: Function, pair: LoopPair, plan: Plan):
-        self.fn, self.pair, self.plan = fn, pair, plan
+    def __init__(self, module: Module, fn: Function, pair: LoopPair, plan: Plan):
+        self.module, self.fn, self.pair, self.plan = module, fn, pair, plan
         self.info = Rewrite(pair, plan)
         fwd = pair.fwd
         self.nc = fwd.attrs["n_carry"]
@@ -178,12 +190,49 @@ class LoopRewriter:
         used = {v for o in self.body.walk() for v in o.operands}
         self.fwd_keep = [k for k, x in enumerate(self.body.args[1 + self.nc:]) if x in used]
         self.times = 1      # how often the pieces being emitted run (inside a segment loop)
+        # the reverse loop's stacked outputs that are read: the only ones pieces return
+        rev_ys = pair.rev.results[pair.rev.attrs["n_carry"]:]
+        read = {v for op in fn.body.walk() for v in op.operands}
+        self.ys_used = [k for k, r in enumerate(rev_ys) if r in read]
+        # where pieces go: the function being emitted (None: `fn`), its first step (an
+        # i64[] argument; None: steps are constants), the plan position that step is, and
+        # its arguments standing for the values the loops read from outside
+        self.ctx: str | None = None
+        self.offset: Value | None = None
+        self.base = 0
+        self.outer: dict[Value, Value] = {}
+        self.steps: dict[str | None, int] = {None: 0}       # recomputed steps per body
+        self.calls: dict[str | None, list[str]] = {None: []}
+        self.parts: dict[int, str] = {}                     # part key -> its function
+        self.todo: list[tuple[str, Plan]] = []
+        self.shared = pieces(plan, MIN_RUN) >= MIN_PIECES
+        self.min_run = 2 if self.shared else MIN_RUN    # compact runs and chains from here
+        if self.shared:
+            self.keys = part_keys(plan)
+            rev = pair.rev
+            res = {fwd.results[k] for k in pair.residual}
+            self.captures = [v for v in captured(fwd, rev)
+                             + list(fwd.operands[self.nc:]) + list(rev.operands[rev.attrs["n_carry"]:])
+                             if v not in res]
+            self.captures = list(dict.fromkeys(self.captures))
+
+    def pos(self, b: Builder, a: Start) -> Start:
+        """Plan position `a` as the first step of a piece: itself, or (inside a part's
+        function) that function's first step plus ``a - base``."""
+        if isinstance(a, Value) or self.offset is None:
+            return a
+        return self.offset if a == self.base else \
+            b.emit("add", self.offset, b.const(a - self.base, "i64"))
+
+    def count(self, steps: int) -> None:
+        self.steps[self.ctx] += steps * self.times
 
     # -- forward pieces ---------------------------------------------------------------
     def run_steps(self, b: Builder, a: Start, count: int, state: list[Value], primal: bool,
                   record: bool) -> tuple[list[Value], list[Value], list[Value]]:
         """`count` iterations from ``a``, from `state`: (carries, primal ys, residual stacks)."""
-        block, vmap = _step_block(self.body, a, self.nc, self.fwd_xs, self.fwd_keep, [], b)
+        block, vmap = _step_block(self.body, self.pos(b, a), self.nc, self.fwd_xs,
+                                  self.fwd_keep, [], b, self.outer)
         nc, p = self.nc, self.pair
         out = [vmap.get(v, v) for v in self.yields[:nc]]
         ys = [vmap.get(self.yields[k], self.yields[k]) for k in p.primal_ys] if primal else []
@@ -193,7 +242,7 @@ class LoopRewriter:
         loop = b.for_(count, block, state)
         if not primal:
             _mark(loop)
-            self.info.recomputed_steps += count * self.times
+            self.count(count)
         res = loop.results
         return res[:nc], res[nc:nc + len(ys)], res[nc + len(ys):]
 
@@ -205,9 +254,10 @@ class LoopRewriter:
         block = Block([I64] + [v.type for v in carries]
                       + [TensorType(v.type.dtype, v.type.shape[1:]) for v in slices],
                       ["seg"] + [v.name for v in carries] + [v.name for v in slices])
+        start = self.pos(b, a0)
         with b.inside(block):
             first = b.emit("add", b.emit("mul", block.args[0], b.const(ell, "i64")),
-                           b.const(a0, "i64"))
+                           start if isinstance(start, Value) else b.const(start, "i64"))
             saved, self.times = self.times, self.times * g
             out = emit(first, block.args[1:1 + len(carries)], block.args[1 + len(carries):])
             self.times = saved
@@ -235,7 +285,8 @@ class LoopRewriter:
                    state: list[Value]) -> list[Value]:
         """Recompute the state ``ell*i + f`` steps after ``a`` (``count = (ell, f)``, ``i`` the
         enclosing loop's index) from `state`, the state at ``a``: a ``repeat``."""
-        block, vmap = _step_block(self.body, a, self.nc, self.fwd_xs, self.fwd_keep, [], b)
+        block, vmap = _step_block(self.body, self.pos(b, a), self.nc, self.fwd_xs,
+                                  self.fwd_keep, [], b, self.outer)
         with b.inside(block):
             b.yield_([vmap.get(v, v) for v in self.yields[:self.nc]])
         op = b.insert(Op(REPEAT, [b.block.args[0]] + list(state), [v.type for v in state],
@@ -253,11 +304,12 @@ class LoopRewriter:
         stack_of = {self.pair.fwd.results[k]: s for k, s in zip(self.pair.residual, stacks)}
         scanned = [k for k, v in enumerate(rxs) if v in stack_of]
         keep = list(range(len(rxs)))
-        block, vmap = _step_block(rbody, a, ncr, list(rxs), keep, scanned, b)
+        block, vmap = _step_block(rbody, self.pos(b, a), ncr, list(rxs), keep, scanned, b,
+                                  self.outer)
         with b.inside(block):
             b.yield_([vmap.get(v, v) for v in rbody.ops[-1].operands])
         loop = b.for_(count, block, cts, [stack_of[rxs[k]] for k in scanned], reverse=True)
-        return loop.results[:ncr], loop.results[ncr:]
+        return loop.results[:ncr], [loop.results[ncr + k] for k in self.ys_used]
 
     def tape_and_reverse(self, b: Builder, a: Start, count: int, state: list[Value],
                          cts: list[Value]) -> tuple[list[Value], list[Value]]:
@@ -288,7 +340,7 @@ class LoopRewriter:
             cts_in, parts = self.tape_and_reverse(b, first, ell, start, list(carries))
             return cts_in + parts
         res = self._segment_loop(b, q, ell, a + f, cts, [], step, reverse=True)
-        self.info.recomputed_steps += self.times * (ell * q * (q - 1) // 2 + f * q)
+        self.count(ell * q * (q - 1) // 2 + f * q)
         cts, pieces[a + f] = res[:len(cts)], self._flat(b, res[len(cts):])
         cts, pieces[a] = self.tape_and_reverse(b, a, f, state, cts)
         return cts
@@ -299,7 +351,7 @@ class LoopRewriter:
         its last leaf, the left parts to reverse afterwards (last first), primal ys)."""
         items, leaf = _spine(plan)
         later, ys_pieces = [], []
-        for grp in _runs(items):
+        for grp in _runs(items, self.min_run):
             if grp[0] == "one":
                 _, a, m, left = grp
                 mid, ys, _ = self.run_steps(b, a, m - a, state, primal, False)
@@ -325,13 +377,93 @@ class LoopRewriter:
                 _, a0, ell, g, ckpts = item
                 cts, pieces[a0] = self.reverse_segments(b, a0, ell, g, cts, ckpts)
                 continue
-            if isinstance(item[1], Chain) and item[1].q >= MIN_RUN:
+            if isinstance(item[1], Chain) and item[1].q >= self.min_run:
                 cts = self.reverse_chain(b, item[1], item[2], cts, pieces)
+                continue
+            if self.shared and isinstance(item[1], Split):
+                cts, pieces[item[1].a] = self.call_part(b, item[1], item[2], cts)
                 continue
             leaf, state, more, _ = self.advance(b, item[1], item[2], False)
             cts, pieces[leaf.a] = self.tape_and_reverse(b, leaf.a, leaf.b - leaf.a, state, cts)
             todo += more
         return cts
+
+    # -- shared parts (`parts`) ------------------------------------------------------
+    def call_part(self, b: Builder, plan: Split, state: list[Value],
+                  cts: list[Value]) -> tuple[list[Value], list[Value]]:
+        """Reverse `plan` from `state` by a call of its part's function: (cotangents, its
+        steps' stacked outputs)."""
+        name = self.parts.get(self.keys[id(plan)])
+        if name is None:
+            name = self.parts[self.keys[id(plan)]] = self.declare_part(plan)
+        start = self.pos(b, plan.a)
+        if not isinstance(start, Value):
+            start = b.const(start, "i64")
+        args = [start] + list(state) + list(cts) + [self.outer.get(v, v) for v in self.captures]
+        op = b.insert(Op(CALL, args, self.module[name].result_types, {"callee": name}))
+        self.calls[self.ctx].append(name)
+        ncr = len(cts)
+        return list(op.results[:ncr]), list(op.results[ncr:])
+
+    def declare_part(self, plan: Split) -> str:
+        """A new function for the part `plan` stands for; its body is emitted later."""
+        rev, l = self.pair.rev, length(plan)
+        ncr = rev.attrs["n_carry"]
+        state, cts = self.fwd_operands_types(), [v.type for v in rev.operands[:ncr]]
+        ys = [TensorType(r.type.dtype, (l,) + tuple(r.type.shape[1:]))
+              for r in (rev.results[ncr + k] for k in self.ys_used)]
+        k, name = 0, f"{self.fn.name}.part{l}"
+        while name in self.module:
+            k += 1
+            name = f"{self.fn.name}.part{l}.{k}"
+        block = Block([I64] + state + cts + [v.type for v in self.captures],
+                      ["start"] + [v.name for v in self.body.args[1:1 + self.nc]]
+                      + [v.name for v in rev.regions[0].args[1:1 + ncr]]
+                      + [v.name for v in self.captures])
+        self.module.add(Function(name, block, list(cts) + ys, attrs={"borrows_args": True},
+                                 loc=self.fn.loc))
+        self.todo.append((name, plan))
+        self.steps[name], self.calls[name] = 0, []
+        return name
+
+    def fwd_operands_types(self) -> list[TensorType]:
+        return [v.type for v in self.pair.fwd.operands[:self.nc]]
+
+    def emit_part(self, name: str, plan: Split) -> None:
+        """The body of part function `name`: reverse `plan` from its arguments. It advances
+        to the split and keeps that state while the right part runs, then reverses the left
+        part from its own state; either part is a call when it is a split too, so a body
+        has a few ops and the slots in use are the frames on the call stack."""
+        f = self.module[name]
+        ncr = self.pair.rev.attrs["n_carry"]
+        args = f.body.args
+        self.ctx, self.offset, self.base = name, args[0], plan.a
+        state, cts = list(args[1:1 + self.nc]), list(args[1 + self.nc:1 + self.nc + ncr])
+        self.outer = dict(zip(self.captures, args[1 + self.nc + ncr:]))
+        b = Builder(f.body, self.pair.rev.loc)
+        mid, _, _ = self.run_steps(b, plan.a, plan.m - plan.a, state, False, False)
+        self.info.checkpoints += mid
+        pieces: dict[int, list[Value]] = {}
+        cts = self.reverse_later(b, [("plan", plan.left, state), ("plan", plan.right, mid)],
+                                 cts, pieces)
+        b.ret(cts + self.joined(b, pieces))
+
+    def joined(self, b: Builder, pieces: dict[int, list[Value]]) -> list[Value]:
+        """The stacked outputs of the pieces, in the order of their steps."""
+        order = sorted(pieces)
+        out = []
+        for pos in range(len(pieces[order[0]])):
+            parts = [pieces[a][pos] for a in order]
+            out.append(parts[0] if len(parts) == 1 else b.emit("concat", *parts, axis=0))
+        return out
+
+    def total_steps(self) -> int:
+        """Recomputed steps of the whole rewrite: each body's, its callees' per call."""
+        total: dict[str, int] = {}
+        for name in calls_bottom_up(self.module, self.fn.name):     # callees first
+            if name in self.steps:
+                total[name] = self.steps[name] + sum(total[c] for c in self.calls[name])
+        return self.steps[None] + sum(total[c] for c in self.calls[None])
 
     # -- the whole rewrite ------------------------------------------------------------
     def rewrite(self) -> Rewrite:
@@ -356,17 +488,21 @@ class LoopRewriter:
                                                 list(rev.operands[:ncr]), stacks)
         cts = self.reverse_later(b, later, cts, pieces)
         mapping.update(zip(rev.results[:ncr], cts))
-        order = sorted(pieces)
-        for pos, r in enumerate(rev.results[ncr:]):
-            parts = [pieces[a][pos] for a in order]
-            mapping[r] = parts[0] if len(parts) == 1 else b.emit("concat", *parts, axis=0)
+        mapping.update(zip([rev.results[ncr + k] for k in self.ys_used], self.joined(b, pieces)))
         body.ops.remove(rev)
         replace_all_uses(body, mapping)
+        k = 0
+        while k < len(self.todo):      # part functions, each emitted once
+            self.emit_part(*self.todo[k])
+            dce_function(self.module[self.todo[k][0]], self.module)
+            k += 1
+        self.info.recomputed_steps = self.total_steps()
         return self.info
 
 
-def rewrite_loop(fn: Function, pair: LoopPair, plan: Plan) -> Rewrite | None:
-    """Rewrite `pair` in `fn` by `plan`; a plan that stores everything leaves it as is."""
+def rewrite_loop(module: Module, fn: Function, pair: LoopPair, plan: Plan) -> Rewrite | None:
+    """Rewrite `pair` in `fn` (of `module`) by `plan`; a plan that stores everything leaves
+    it as is. A long plan adds its parts' functions to `module` (`parts`)."""
     if isinstance(plan, Leaf):
         return None
-    return LoopRewriter(fn, pair, plan).rewrite()
+    return LoopRewriter(module, fn, pair, plan).rewrite()

@@ -64,7 +64,7 @@ def apply_plans(module: Module, fn: str, plans: list[Plan | None]) -> tuple[Modu
     rewrites = []
     for pair, plan in zip(find_loop_pairs(f), plans):
         if plan is not None:
-            r = rewrite_loop(f, pair, plan)
+            r = rewrite_loop(out, f, pair, plan)
             if r is not None:
                 rewrites.append(r)
     dce_function(f, out)

@@ -22,15 +22,14 @@ def verify(checker, op) -> None:
 
 
 def flops(op, counter) -> int:
-    """The callee's, all of it (0 for a callee the module does not hold)."""
+    """The callee's (0 for a callee the module does not hold): all of it, or, counting only
+    recomputation, what it recomputes (all of it when the call is marked)."""
     if counter.module is None or op.attrs["callee"] not in counter.module:
         return 0
-    return counter.function(op.attrs["callee"])
+    return counter.function(op.attrs["callee"], everything=bool(op.attrs.get("recompute")))
 
 
 def memory(walk, op) -> None:
-    """The callee's frame on top of the caller's; its results stay as the call's."""
-    callee = walk.module.functions[op.attrs["callee"]]
-    walk.block(callee.body, keep_results=True)
-    for v in callee.returned:
-        walk.drop(v)
+    """The callee's frame on top of the caller's (walked once per callee); its results stay
+    as the call's."""
+    walk.call(op, None)
