@@ -2,6 +2,7 @@
 rematerialization emits one function per distinct part of a checkpointing plan)."""
 from __future__ import annotations
 
+from ..ops.registry import has_trait
 from .core import Module
 
 
@@ -9,7 +10,7 @@ def callees(module: Module, name: str) -> list[str]:
     """The functions that `name` calls, in order of first call."""
     seen: dict[str, None] = {}
     for op in module.functions[name].walk():
-        if op.name == "call":
+        if has_trait(op, "calls"):
             seen.setdefault(op.attrs["callee"], None)
     return list(seen)
 
