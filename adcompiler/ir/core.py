@@ -220,12 +220,30 @@ class Module:
         return plain[-1]
 
 
+def blocks(block: Block) -> list[Block]:
+    """`block` and every block nested in its ops' regions, each before those inside it (a
+    loop over their ops visits each op once, without `walk`'s generator per op)."""
+    out, k = [block], 0
+    while k < len(out):
+        for op in out[k].ops:
+            if op.regions:
+                out.extend(op.regions)
+        k += 1
+    return out
+
+
 def uses(block: Block) -> dict[Value, list[Op]]:
     """Every value used in `block` (nested regions included) mapped to the ops using it."""
     table: dict[Value, list[Op]] = {}
-    for op in block.walk():
-        for v in op.operands:
-            table.setdefault(v, []).append(op)
+    get = table.get
+    for b in blocks(block):
+        for op in b.ops:
+            for v in op.operands:
+                users = get(v)
+                if users is None:
+                    table[v] = [op]
+                else:
+                    users.append(op)
     return table
 
 

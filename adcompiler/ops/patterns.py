@@ -120,6 +120,25 @@ def may_match(pat: P, op, swap: bool) -> bool:
     return _roots_match(args, operands) or (swap and _roots_match(args, operands[::-1]))
 
 
+def root_names(pat: P) -> tuple:
+    """Per operand of `pat`, the names of the ops that may define it (None: any value): a
+    necessary condition of `match_op` that asks only the operands' defining ops' names."""
+    defs = {**registry.STRUCTURAL, **registry.REGISTRY}
+    splat = frozenset(n for n, d in defs.items() if d.splat is not None)
+    literal = frozenset(n for n, d in defs.items() if "literal" in d.traits)
+    kinds = {P: lambda a: frozenset((a.name,)), Splat: lambda a: splat,
+             Scalar: lambda a: literal}
+    return tuple(kinds[type(a)](a) if type(a) in kinds else None for a in pat.args)
+
+
+def names_fit(roots: tuple, names: tuple) -> bool:
+    """Whether operands defined by ops `names` (None: a block argument) pass `roots`."""
+    for allowed, name in zip(roots, names):
+        if allowed is not None and name not in allowed:
+            return False
+    return True
+
+
 def _roots_match(args: tuple, operands) -> bool:
     for pat, v in zip(args, operands):
         if isinstance(pat, str):

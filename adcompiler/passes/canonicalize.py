@@ -17,9 +17,10 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ..ir.builder import Builder
-from ..ir.core import Block, Function, Module, Op, UseLists, Value
+from ..ir.core import Block, Function, Module, Op, UseLists, Value, blocks
 from ..ops import registry
-from ..ops.patterns import Pattern, all_patterns, match_op, may_match
+from ..ops.patterns import (Pattern, all_patterns, match_op, may_match, names_fit,
+                            root_names)
 from .pipeline import FunctionPass, register_pass
 
 
@@ -46,7 +47,11 @@ class _Driver:
     """
 
     def __init__(self, fn: Function, table: dict[str, list[Pattern]]):
-        self.table = table
+        # each pattern with the names its operands' defining ops may have: most ops fail
+        # this test on names before any value is looked at
+        self.table = {name: [(p, root_names(p.match)) for p in pats]
+                      for name, pats in table.items()}
+        self.fits: dict[tuple, list[Pattern]] = {}  # (op, operands' ops) -> candidates
         self.uses = UseLists(fn.body)
         self.folds = 0  # rewrites applied (the tests check that this grows linearly)
         self.visits = 0  # ops matched against the table
@@ -68,8 +73,17 @@ class _Driver:
             op.parent = block
             block.ops.append(op)
             return
-        swap = len(op.operands) == 2 and registry.get(op.name).has("commutative")
-        for pat in pats:
+        operands = op.operands
+        swap = len(operands) == 2 and registry.get(op.name).has("commutative")
+        key = (op.name, *[v.owner.name if isinstance(v.owner, Op) else None
+                          for v in operands])
+        candidates = self.fits.get(key)
+        if candidates is None:
+            names = key[1:]
+            candidates = self.fits[key] = [
+                pat for pat, roots in pats if len(roots) == len(names) and (
+                    names_fit(roots, names) or swap and names_fit(roots, names[::-1]))]
+        for pat in candidates:
             if not may_match(pat.match, op, swap):
                 continue
             env = {"op": op}
@@ -96,16 +110,17 @@ class _Driver:
 
 def erase_dead(fn: Function) -> None:
     """Erase pure registry ops (without regions) whose results are unused."""
-    counts = Counter(v for op in fn.walk() for v in op.operands)
+    counts = Counter([v for block in blocks(fn.body) for op in block.ops for v in op.operands])
+    used = counts.get
 
     def sweep(block: Block) -> None:
         kept = []
         for op in reversed(block.ops):
-            for region in op.regions:
-                sweep(region)
-            if (op.name in registry.REGISTRY and not op.regions
-                    and not registry.get(op.name).has("impure")
-                    and not any(counts[r] for r in op.results)):
+            if op.regions:
+                for region in op.regions:
+                    sweep(region)
+            elif (not any(used(r) for r in op.results) and op.name in registry.REGISTRY
+                  and not registry.get(op.name).has("impure")):
                 counts.subtract(op.operands)
                 continue
             kept.append(op)
