@@ -178,11 +178,12 @@ def _stack_residuals(op: Op, rbody: Block) -> list[Value]:
     defined = set(body.args) | {r for o in body.ops for r in o.results}
     mapping: dict[Value, Value] = {index: rbody.args[0]}
     new_results = []
+    rebuilt: list[Op] = []  # the ops rebuilt at the start of the body, in order
     for rop in list(rbody.walk()):
         for v in rop.operands:
             if v in defined and v not in mapping:
                 if _rebuildable(v, defined, index):
-                    mapping[v] = _rebuild(v, rbody, mapping)
+                    mapping[v] = _rebuild(v, rbody, rebuilt, mapping)
                     continue
                 mapping[v] = rbody.add_arg(v.type, v.name)
                 if v in x_pos:
@@ -193,6 +194,7 @@ def _stack_residuals(op: Op, rbody: Block) -> list[Value]:
                             v.name and f"{v.name}_stack", op, len(op.results))
                 op.results.append(res)
                 new_results.append(res)
+    rbody.ops[:0] = rebuilt
     for rop in rbody.walk():
         rop.operands = [mapping.get(v, v) for v in rop.operands]
     return new_results
@@ -213,17 +215,20 @@ def _rebuildable(v: Value, defined: set[Value], index: Value) -> bool:
         u is index or u not in defined or _rebuildable(u, defined, index) for u in d.operands)
 
 
-def _rebuild(v: Value, rbody: Block, mapping: dict[Value, Value]) -> Value:
-    """Clone the op defining `v` (and what it needs) at the start of `rbody`."""
+def _rebuild(v: Value, rbody: Block, rebuilt: list[Op], mapping: dict[Value, Value]) -> Value:
+    """Clone the op defining `v` (and what it needs) into `rebuilt`, the ops that will open
+    `rbody`: right after the last rebuilt op it reads, or first. Positions are searched
+    among the rebuilt ops only, never the whole body."""
     d = v.defining_op
     operands = [mapping[u] if u in mapping else
-                (_rebuild(u, rbody, mapping) if u.defining_op is not None
+                (_rebuild(u, rbody, rebuilt, mapping) if u.defining_op is not None
                   and u.defining_op.parent is d.parent else u)
                 for u in d.operands]
     new = Op(d.name, operands, [v.type], dict(d.attrs), loc=d.loc, result_names=[v.name])
-    pos = max([rbody.ops.index(u.defining_op) + 1 for u in operands
-               if u.defining_op is not None and u.defining_op.parent is rbody], default=0)
-    rbody.insert(pos, new)
+    pos = max([rebuilt.index(u.owner) + 1 for u in operands
+               if isinstance(u.owner, Op) and u.owner.parent is rbody], default=0)
+    rebuilt.insert(pos, new)
+    new.parent = rbody
     mapping[v] = new.result
     return new.result
 
