@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 import numpy as np
+import pytest
 
 from adcompiler.frontend import compile_source
 from adcompiler.ir import core
@@ -174,3 +175,37 @@ def test_dce_examines_each_callee_once_however_often_it_is_called(monkeypatch):
     # the unused calls are removed (g is pure), the returned one stays
     assert [op.name for op in out["f"].body.ops] == ["call", "return"]
     assert walked.count(out["g"].body) <= 1
+
+
+def chained_carries(depth: int, carries: int) -> str:
+    """Loops nested `depth` deep whose carries feed each other in a chain (``c0 = c1 + x``,
+    ...): a fixed point over the carries takes a round per link."""
+    names = [f"c{k}" for k in range(carries)]
+    lines = ["def f(x: f32, param w: f32) -> f32 {"] + [f"    {n} = x" for n in names]
+    for d in range(depth):
+        lines.append("    " * (d + 1) + f"for i{d} in range(2) {{")
+    pad = "    " * (depth + 1)
+    lines += [f"{pad}{names[k]} = {names[k + 1]} + x" for k in range(carries - 1)]
+    lines.append(f"{pad}{names[-1]} = {names[-1]} * w")
+    lines += ["    " * d + "}" for d in range(depth, 0, -1)]
+    return "\n".join(lines + [f"    return {names[0]}", "}"]) + "\n"
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+def test_loop_analyses_visit_each_op_a_bounded_number_of_times(monkeypatch, depth):
+    from adcompiler.passes import activity, dce
+    calls = []
+    for mod in (activity, dce):
+        original = mod.has_trait
+        monkeypatch.setattr(mod, "has_trait",
+                            lambda op, t, f=original: calls.append(op) or f(op, t))
+    module = compile_source(chained_carries(depth, 8))
+    fn = module["f"]
+    n_ops = sum(1 for _ in fn.walk())
+    active = activity.analyze_activity(fn, ["w"])
+    assert len(calls) <= 6 * n_ops, (len(calls), n_ops)  # a fixed point: about 37 per op
+    assert {a.name for a in fn.args if a in active} == {"w"}
+    calls.clear()
+    dce.dce_function(fn, module)
+    assert len(calls) <= 6 * n_ops, (len(calls), n_ops)
+    assert sum(op.name == "add" for op in fn.walk()) == 7  # every link reaches c0

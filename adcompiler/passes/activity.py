@@ -6,12 +6,13 @@ A value is *active* when it is both
   ops that are neither ``no_grad`` nor ``stop_gradient``), and
 * **useful**: a returned result depends differentiably on it (backward propagation).
 
-Only float values are ever active; integer and bool values carry no derivative. Loops are
-solved by a fixed point over their carries: a carried block argument is varied when its
-initial value or the value yielded for it is varied, and useful when the loop's final value
-of it is useful or a useful value of the body reads it. Calls are treated conservatively:
-every float result of a call with a varied argument is varied, and every float argument of
-a call with a useful result is useful.
+Only float values are ever active; integer and bool values carry no derivative. In loops, a
+carried block argument is varied when its initial value or the value yielded for it is
+varied, and useful when the loop's final value of it is useful or a useful value of the
+body reads it. Both are reachability in a graph of the function's values built in one walk,
+so nested loops cost their size, not a fixed point's rounds per level. Calls are treated
+conservatively: every float result of a call with a varied argument is varied, and every
+float argument of a call with a useful result is useful.
 """
 from __future__ import annotations
 
@@ -29,67 +30,72 @@ def _blocks_derivative(op: Op) -> bool:
     return has_trait(op, "no_grad")
 
 
-def _mark(values, into: set[Value]) -> bool:
-    """Add the float values of `values` to `into`; whether anything was new."""
-    new = {v for v in values if v.type.is_float} - into
-    into |= new
-    return bool(new)
+Graph = dict  # node (a Value, or an Op standing for all its results) -> successor nodes
 
 
-def _forward(block: Block, varied: set[Value]) -> None:
+def _link(graph: Graph, src, dst) -> None:
+    succ = graph.get(src)
+    if succ is None:
+        graph[src] = [dst]
+    else:
+        succ.append(dst)
+
+
+def _loop_forward(op: Op, args, carry_args, yielded, n: int):
+    """Variation: a loop's initial values to its carried and sliced arguments, each yielded
+    carry to its argument (the next step's), a carry's argument to the loop's final value
+    and each yielded stacked value to the stacked result."""
+    yield from zip(op.operands, args)
+    yield from zip(yielded[:n], carry_args)
+    yield from zip(carry_args, op.results[:n])
+    yield from zip(yielded[n:], op.results[n:])
+
+
+def _loop_backward(op: Op, args, carry_args, yielded, n: int):
+    """Usefulness: a loop's final carries to their arguments and yielded values, a carry's
+    argument to the value yielded for it, each stacked result to its yielded value and each
+    block argument to the operand that initializes or is sliced into it."""
+    for r, a, y in zip(op.results[:n], carry_args, yielded[:n]):
+        yield from ((r, a), (r, y), (a, y))
+    yield from zip(op.results[n:], yielded[n:])
+    yield from zip(args, op.operands)
+
+
+def _graph(block: Block, g: Graph, forward: bool) -> Graph:
+    """The edges along which variation (`forward`) or usefulness flows: between an op's
+    operands and its results, and the loop rules above."""
     for op in block.ops:
         if has_trait(op, "terminator") or _blocks_derivative(op):
             continue
         if has_trait(op, "loop"):
-            _forward_loop(op, varied)
-        else:
-            for region in op.regions:
-                _forward(region, varied)
-            if any(v in varied for v in op.operands):
-                _mark(op.results, varied)
-
-
-def _forward_loop(op: Op, varied: set[Value]) -> None:
-    body, n = op.regions[0], op.attrs["n_carry"]
-    carry_args = body.args[1:1 + n]
-    _mark([a for a, v in zip(body.args[1:], op.operands) if v in varied], varied)
-    yielded = body.ops[-1].operands
-    while True:
-        _forward(body, varied)
-        if not _mark([a for a, v in zip(carry_args, yielded[:n]) if v in varied], varied):
-            break
-    _mark([r for r, a in zip(op.results[:n], carry_args) if a in varied], varied)
-    _mark([r for r, v in zip(op.results[n:], yielded[n:]) if v in varied], varied)
-
-
-def _backward(block: Block, useful: set[Value]) -> None:
-    for op in reversed(block.ops):
-        if has_trait(op, "terminator") or _blocks_derivative(op):
-            continue
-        if not any(r in useful for r in op.results):
-            continue
-        if has_trait(op, "loop"):
-            _backward_loop(op, useful)
+            body, n = op.regions[0], op.attrs["n_carry"]
+            edges = _loop_forward if forward else _loop_backward
+            for src, dst in edges(op, body.args[1:], body.args[1:1 + n], body.ops[-1].operands,
+                                  n):
+                _link(g, src, dst)
+            _graph(body, g, forward)
             continue
         for region in op.regions:
-            _backward(region, useful)
-        _mark(op.operands, useful)
+            _graph(region, g, forward)
+        ins, outs = (op.operands, op.results) if forward else (op.results, op.operands)
+        for v in ins:
+            _link(g, v, op)
+        g[op] = list(outs)
+    return g
 
 
-def _backward_loop(op: Op, useful: set[Value]) -> None:
-    body, n = op.regions[0], op.attrs["n_carry"]
-    carry_args = body.args[1:1 + n]
-    yielded = body.ops[-1].operands
-    carries = {j for j in range(n) if op.results[j] in useful}
-    _mark([y for r, y in zip(op.results[n:], yielded[n:]) if r in useful], useful)
-    while True:
-        _mark([carry_args[j] for j in carries] + [yielded[j] for j in carries], useful)
-        _backward(body, useful)
-        grown = carries | {j for j, a in enumerate(carry_args) if a in useful}
-        if grown == carries:
-            break
-        carries = grown
-    _mark([v for a, v in zip(body.args[1:], op.operands) if a in useful], useful)
+def _reach(seeds, graph: Graph) -> set[Value]:
+    """The float values reachable from the float values of `seeds` through float values:
+    each node is visited once, so loops of any nesting cost their size, not their size
+    times the rounds of a fixed point."""
+    reached = {v for v in seeds if v.type.is_float}
+    stack = list(reached)
+    while stack:
+        for nxt in graph.get(stack.pop(), ()):
+            if nxt not in reached and (type(nxt) is not Value or nxt.type.is_float):
+                reached.add(nxt)
+                stack.append(nxt)
+    return {v for v in reached if type(v) is Value}
 
 
 def varied_values(fn: Function, wrt: list[str]) -> set[Value]:
@@ -97,10 +103,7 @@ def varied_values(fn: Function, wrt: list[str]) -> set[Value]:
         if w not in fn.arg_names:
             raise AdcError(f"'{w}' is not an input of '{fn.name}' "
                            f"(inputs: {', '.join(map(str, fn.arg_names))})", fn.loc)
-    varied: set[Value] = set()
-    _mark([fn.arg(w) for w in wrt], varied)
-    _forward(fn.body, varied)
-    return varied
+    return _reach([fn.arg(w) for w in wrt], _graph(fn.body, {}, forward=True))
 
 
 def useful_values(fn: Function, results: list[Value] | None = None) -> set[Value]:
@@ -109,10 +112,7 @@ def useful_values(fn: Function, results: list[Value] | None = None) -> set[Value
         if term is None or not ends(term, "function"):
             raise ValueError(f"function '{fn.name}' has no return op; pass `results`")
         results = term.operands
-    useful: set[Value] = set()
-    _mark(results, useful)
-    _backward(fn.body, useful)
-    return useful
+    return _reach(results, _graph(fn.body, {}, forward=False))
 
 
 def analyze_activity(fn: Function, wrt: list[str],

@@ -7,7 +7,7 @@ region (`adcompiler.ops.structural.loop_dce`): ``for`` loops are pruned from the
 
 * stacked outputs (``ys``) that are not needed are dropped;
 * a carried value is dropped when its final value is not needed and no needed value of the
-  body depends on it: a fixed point, since carries can feed each other;
+  body depends on it (carries can feed each other: one worklist pass finds them all);
 * sliced inputs (``xs``) that the pruned body no longer reads are dropped;
 * a loop with no needed result and no impure op inside is removed.
 

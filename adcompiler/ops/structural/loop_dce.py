@@ -7,17 +7,41 @@ from ...ir.core import Block, Op, Value
 from ...passes.dce import sweep
 
 
-def _slice(block: Block, roots: set[Value], effects) -> set[Value]:
-    """Values of and above `block` that `roots` (or impure ops) depend on; no mutation.
+def _live_carries(op: Op, live_carry: set[int], live_ys: set[int], effects) -> set[int]:
+    """The carries of loop `op` that its needed results depend on: those given, and every
+    carry whose block argument a needed value of the body (or an impure op) reads, which
+    makes the value yielded for it needed too. One worklist pass over the body, however the
+    carries feed each other. Conservative for nested regions: a kept region op needs
+    everything its region reads."""
+    body = op.regions[0]
+    yielded = body.ops[-1].operands
+    carry_of = {a: j for j, a in enumerate(body.args[1:1 + op.attrs["n_carry"]])}
+    defined_by = {r: o for o in body.ops[:-1] for r in o.results}
+    live, need, kept = set(live_carry), set(), set()
+    todo = [yielded[k] for k in live_ys | live_carry]
 
-    Conservative for nested regions: a kept region op needs everything its region reads.
-    """
-    need = set(roots)
-    for op in reversed(block.ops[:-1]):
-        if effects.impure(op) or any(r in need for r in op.results):
-            for o in op.walk():
-                need.update(o.operands)
-    return need
+    def keep(o: Op) -> None:
+        if o not in kept:
+            kept.add(o)
+            for inner in o.walk():
+                todo.extend(inner.operands)
+
+    for o in body.ops[:-1]:
+        if effects.impure(o):
+            keep(o)
+    while todo:
+        v = todo.pop()
+        if v in need:
+            continue
+        need.add(v)
+        o = defined_by.get(v)
+        if o is not None:
+            keep(o)
+        j = carry_of.get(v)
+        if j is not None and j not in live:
+            live.add(j)
+            todo.append(yielded[j])
+    return live
 
 
 def _drop_args(block: Block, drop: set[int]) -> None:
@@ -38,16 +62,9 @@ def dce(op: Op, need: set[Value], effects) -> set[Value]:
     body = op.regions[0]
     yield_op = body.ops[-1]
     n_carry = op.attrs["n_carry"]
-    carry_args = body.args[1:1 + n_carry]
     live_carry = {j for j in range(n_carry) if op.results[j] in need}
     live_ys = {k for k in range(n_carry, len(op.results)) if op.results[k] in need}
-    while True:
-        roots = {yield_op.operands[k] for k in live_ys | live_carry}
-        inside = _slice(body, roots, effects)
-        grown = live_carry | {j for j, a in enumerate(carry_args) if a in inside}
-        if grown == live_carry:
-            break
-        live_carry = grown
+    live_carry = _live_carries(op, live_carry, live_ys, effects)
     dead_carry = set(range(n_carry)) - live_carry
     dead_ys = set(range(n_carry, len(op.results))) - live_ys
     yield_op.operands = [v for k, v in enumerate(yield_op.operands)
