@@ -47,7 +47,7 @@ from . import specialize
 from .buffers import returns_new, value_nbytes
 from .executor import ANNOTATION_ATTRS, RunError, SHAPE_ATTRS, Executor, check_slices
 from .kernels import BUILTIN, DTYPES, KERNELS, OUT_KERNELS
-from .kernels.linalg import einsum_matmul
+from .kernels.linalg import einsum_matmul, matmul_rows
 from .liveness import borrowed_positions, borrows_args, last_uses
 
 # built-in ops (deterministic; a plugin's op never is one of these names) evaluated at code
@@ -319,8 +319,8 @@ class CompiledExecutor(Executor):
 
     def _any_buffer_kernel(self, op):
         """A specialized kernel ``run(*operands, out=None)`` of `op` that writes into its
-        planned buffer when it has one (`specialize.reduce_sum`, `stack`, `relu`), or
-        None."""
+        planned buffer when it has one (`specialize.reduce_sum`, `stack`, `relu`, and the
+        table kernel's stacked-times-one matrix product), or None."""
         if len(op.results) != 1 or not op.operands:
             return None
         name, r = op.name, op.results[0]
@@ -339,6 +339,9 @@ class CompiledExecutor(Executor):
                                     op.attrs.get("axis", 0), self._resolve(r.type.shape), dtype)
         if name == "relu" and r.type.dtype in ("f16", "f32", "f64"):
             return specialize.relu(dtype)
+        if name == "matmul" and len(op.operands) == 2 and op.operands[0].type.rank > 2 \
+                and op.operands[1].type.rank == 2:   # the table kernel's one product
+            return functools.partial(matmul_rows, numpy)
         return None
 
     def _direct(self, op):

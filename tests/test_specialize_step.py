@@ -211,3 +211,63 @@ def test_step_reusing_its_arrays_gives_the_interpreters_bits_and_copies_what_it_
     p, s, m = checked_step(step, dict(p, b2=theirs), s, batch)
     assert p["b2"] is not theirs and p["b2"] is not mine
     p, s, m = checked_step(step, p, s, batch)
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [
+    ((2, 3, 4), (4, 5)), ((0, 3, 4), (4, 5)), ((2, 3, 0), (0, 5)), ((1, 1, 4), (4, 1)),
+    ((2, 1, 3, 4), (4, 2)), ((2, 3, 4), (4, 0))], ids=str)
+def test_stacked_times_one_matrix_is_one_product_with_the_stacked_values(a_shape, b_shape):
+    from adc_runtime.kernels.linalg import matmul_rows
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal(a_shape).astype(np.float32)
+    b = rng.standard_normal(b_shape).astype(np.float32)
+    want = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    got = matmul_rows(np, a, b)
+    assert got.dtype == np.float32 and got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    out = np.full(want.shape, np.nan, np.float32)
+    assert matmul_rows(np, a, b, out) is out
+    same_bits(got, out)
+    # a stack that is a view (no reshape without a copy) and a strided buffer: NumPy's own
+    strided = np.swapaxes(np.ascontiguousarray(np.swapaxes(a, 0, 1)), 0, 1)
+    same_bits(np.matmul(strided, b), matmul_rows(np, strided, b))
+    wide = np.full(want.shape[:-1] + (2 * want.shape[-1],), np.nan, np.float32)
+    view = wide[..., ::2]
+    assert matmul_rows(np, a, b, view) is view
+    same_bits(np.matmul(a, b), view)
+
+
+STACKED = """
+def f(x: f64[B, T, D], param W: f64[D, E], param V: f64[E, D]) -> f64 {
+    h = tanh(x @ W)
+    y = h[:, 1:, :] @ V + x[:, 1:, :] @ (W @ V)   # a stack that is a strided view
+    return sum(y * y)
+}
+"""
+
+
+def test_compiled_stacked_products_are_the_interpreters_and_their_gradient_is_right():
+    rng = np.random.default_rng(2)
+    inputs = {"x": rng.standard_normal((2, 3, 4)), "W": rng.standard_normal((4, 5)) * 0.5,
+              "V": rng.standard_normal((5, 4)) * 0.5}
+    module = adc.parse_tdsl(STACKED)
+    want, got = both(module, "f", inputs)
+    assert_bits_equal(want, got)
+    from adc_runtime.compiled import CompiledExecutor
+    from adc_runtime.kernels.linalg import matmul_rows
+    ex = CompiledExecutor(module, np, {"B": 2, "T": 3, "D": 4, "E": 5})
+    ex.call(module["f"], [inputs[a.name] for a in module["f"].args])
+    assert sum(getattr(v, "func", None) is matmul_rows
+               for v in ex._programs[id(module["f"])].__globals__.values()) == 3
+    reverse = grad_module(adc.parse_tdsl(STACKED), "f", ["W", "V"])
+    want, got = both(reverse, "f_grad", inputs)
+    assert_bits_equal(want, got)
+    f = adc.value_and_grad(module, "f", wrt=["W"])
+    _, (g,) = f(**inputs)
+    eps = 1e-6
+    for i, j in ((0, 0), (3, 4), (2, 1)):
+        d = np.zeros((4, 5))
+        d[i, j] = eps
+        plus = float(f(**{**inputs, "W": inputs["W"] + d})[0])
+        minus = float(f(**{**inputs, "W": inputs["W"] - d})[0])
+        assert abs((plus - minus) / (2 * eps) - g[i, j]) <= 1e-6 * max(1.0, abs(g[i, j]))
