@@ -305,3 +305,52 @@ def test_training_an_unrolled_transformer_under_half_its_peak(tmp_path, capsys):
     assert measured == predicted <= budget
     assert params.keys() == ref.keys()
     assert all(np.array_equal(params[k], ref[k]) for k in ref)   # the same two updates
+
+
+def dominator_cuts(prob):
+    """The dominators of the loss in the activation graph (networkx), computed apart from
+    the liveness sweep of `saved.chain_boundaries`: forward values as nodes, function
+    inputs left out (weights and data enter every layer: from them the dominator tree is
+    flat), a source feeding the values read straight from inputs and constants, the
+    primal results feeding the sink."""
+    import networkx as nx
+    from adcompiler.remat.saved import forward_values
+    B, g = prob.boundary, nx.DiGraph()
+    constant = set()
+    for v in forward_values(prob):
+        if all(u in constant for u in v.defining_op.operands):    # const ops and theirs
+            constant.add(v)
+            continue
+        fwd = [u for u in v.defining_op.operands
+               if prob.born.get(u, -1) >= 0 and u not in constant]
+        for u in fwd or ["source"]:
+            g.add_edge(u, v)
+    ret = prob.ops[-1]
+    for v in ret.operands[:1]:
+        g.add_edge(v, "sink")
+    idom = nx.immediate_dominators(g, "source")
+    out, v = [], idom["sink"]
+    while v != "source":
+        out.append(v)
+        v = idom[v]
+    assert all(prob.born[v] < B for v in out)
+    return out[::-1]
+
+
+@pytest.mark.parametrize("program", ["mlp", "residual", "transformer"])
+def test_cut_points_are_the_dominators_of_the_loss(tmp_path, program):
+    text = {"mlp": lambda: test_remat_dag.chain(6),
+            "residual": lambda: residual_blocks(4),
+            "transformer": lambda: test_remat_dag.remat_bench().transformer(
+                3, t=8, d=8).replace("def stack(", "def f(")}[program]()
+    m, _ = compiled(tmp_path, text)
+    prob = build_problem(m, "f_grad", {})
+    from adcompiler.remat.saved import chain_boundaries, forward_values
+    # the sweep's cut points are the dominators, the loss aside (no forward use after it:
+    # never live), and, before the last value computed from the inputs alone (q, k, v of
+    # the first attention read x), the program points where the inputs read later are free
+    sweep, dom = chain_boundaries(prob), dominator_cuts(prob)[:-1]
+    from_inputs = max(prob.born[v] for v in forward_values(prob)
+                      if all(prob.born.get(u, -1) < 0 for u in v.defining_op.operands))
+    assert [v for v in sweep if prob.born[v] >= from_inputs] == dom
+    assert len(sweep) - len(dom) == {"mlp": 0, "residual": 0, "transformer": 4}[program]
