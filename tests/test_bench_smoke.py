@@ -74,6 +74,10 @@ def test_remat_scale_smoke(capsys, monkeypatch):
         for policy in ("min-memory", "mincut"):
             stats = bench.checked(module, fn, schedule(module, policy, fn), {}, inputs)
             assert stats["peak_bytes_measured"] == stats["peak_bytes_predicted"]
+        budget = (stats["peak_bytes_store_all"] + stats["peak_bytes_predicted"]) // 2
+        for whole in (False, True):         # the exact table's DP columns
+            got = bench._dp_alone(module, fn, budget, whole=whole)
+            assert got is None or got[0] <= budget
 
 
 def _load(name: str, monkeypatch):

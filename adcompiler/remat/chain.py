@@ -54,6 +54,7 @@ from .tapes import TapeOption, closure, segment_options, signature, working_set
 INF = float("inf")
 UNITS = 128            # memory resolution of the DP: the budget in this many units
 COARSE = 32            # ... when looking for the least peak first
+SECOND_FINE = 48       # the second chain of `solve_chains` in UNITS up to this many segments
 MAX_SEGMENTS = 192     # longer chains are coarsened (adjacent segments merged)
 
 
@@ -408,7 +409,8 @@ class _Tables:
         return Plan(float(self.D[0, m]), clones, self.unit)
 
 
-def _least(ch: Chain, store_all: int, exact, tab: _Tables | None = None) -> tuple[Plan, int] | None:
+def _least(ch: Chain, store_all: int, exact, tab: _Tables | None = None,
+           units: int = UNITS) -> tuple[Plan, int] | None:
     """The DP's schedule of least peak and its exact peak: found in `tab` when given (a
     table for a budget near the least peak), else in coarse units of the store-all peak,
     then again in finer units."""
@@ -417,7 +419,7 @@ def _least(ch: Chain, store_all: int, exact, tab: _Tables | None = None) -> tupl
         m = tab.least()
         if m is None:
             return None
-        fine = _Tables(ch, tab.floor + (m + 1) * tab.unit)
+        fine = _Tables(ch, tab.floor + (m + 1) * tab.unit, units)
         tab = fine if fine.least() is not None else tab
     m = tab.least()
     if m is None:
@@ -427,7 +429,8 @@ def _least(ch: Chain, store_all: int, exact, tab: _Tables | None = None) -> tupl
 
 
 def solve_chain(ch: Chain, budget: int | None, store_all: int, exact,
-                tries: int = 4, fallbacks: bool = True) -> tuple[Plan, int] | None:
+                tries: int = 4, fallbacks: bool = True,
+                units: int = UNITS) -> tuple[Plan, int] | None:
     """The DP's schedule for `budget` (None: the least peak) and its exact peak
     (`exact(clones)`). While the exact peak misses the budget (the chain model rounds sizes
     to its units and does not see every byte), the DP's schedule for fewer units is taken,
@@ -437,12 +440,12 @@ def solve_chain(ch: Chain, budget: int | None, store_all: int, exact,
     of `budget` None (so that `min-memory`'s peak is always a budget that fits). None if
     nothing fits. Without `fallbacks`, only the first model's schedules are tried."""
     if budget is None:
-        return _least(ch, store_all, exact)
+        return _least(ch, store_all, exact, units=units)
     tab = None
     for model in (ch, replace(ch, over=ch.raw_over) if ch.raw_over else None):
         if model is None or (model is not ch and not fallbacks):
             continue
-        tab = _Tables(model, budget)
+        tab = _Tables(model, budget, units)
         m = tab.units(budget)
         for _ in range(tries):
             plan = tab.plan(m) if m >= 0 else None
@@ -454,7 +457,7 @@ def solve_chain(ch: Chain, budget: int | None, store_all: int, exact,
             m -= max(1, -(-(peak - budget) // tab.unit))
     for table in (tab, None) if fallbacks else ():
         # the last table's least peak, then min-memory's schedule
-        least = _least(ch, store_all, exact, table)
+        least = _least(ch, store_all, exact, table, units)
         if least is not None and least[1] <= budget:
             return least
     return None
@@ -464,15 +467,17 @@ def solve_chains(prob: Problem, module: Module, dims, budget: int | None, store_
                  exact) -> tuple[list[Chain], tuple[Plan, int, Chain] | None]:
     """The chains of `prob` (one-op segments merged into the next, and every cut when that
     differs) and the DP's best schedule over them: the fewest FLOPs that fit `budget`, or
-    (None) the least peak; (plan, exact peak, its chain). The second chain is solved without
-    `solve_chain`'s fallbacks once the first has a schedule."""
+    (None) the least peak; (plan, exact peak, its chain). The second chain is solved
+    without `solve_chain`'s fallbacks once the first has a schedule, and beyond
+    `SECOND_FINE` segments in half the memory units (the DP's time grows as K^3)."""
     chains = [ch for ch in (build_chain(prob, module, dims),
                             build_chain(prob, module, dims, merge=False)) if ch is not None]
     if len(chains) == 2 and chains[0].stages == chains[1].stages:
         chains.pop()
     best = None
-    for ch in chains:     # the second only where it can beat the first: no fallbacks
-        got = solve_chain(ch, budget, store_all, exact, fallbacks=best is None)
+    for k, ch in enumerate(chains):     # the second: no fallbacks after a schedule
+        units = UNITS // 2 if k and ch.size > SECOND_FINE else UNITS
+        got = solve_chain(ch, budget, store_all, exact, fallbacks=best is None, units=units)
         if got is None:
             continue
         key = (got[1], got[0].flops) if budget is None else (got[0].flops, got[1])
