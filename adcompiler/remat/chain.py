@@ -428,9 +428,38 @@ def _least(ch: Chain, store_all: int, exact, tab: _Tables | None = None,
     return plan, exact(plan.clones)
 
 
+def _first(ch: Chain, budget: int, exact, tries: int, units: int, model: Chain | None = None):
+    """The DP's schedules for `budget` in `model` (default `ch`), fewer units by the
+    shortfall while the exact peak misses (at most `tries`): ((plan, peak) or None, table)."""
+    tab = _Tables(model or ch, budget, units)
+    m = tab.units(budget)
+    for _ in range(tries):
+        plan = tab.plan(m) if m >= 0 else None
+        if plan is None:
+            break
+        peak = exact(plan.clones)
+        if peak <= budget:
+            return (plan, peak), tab
+        m -= max(1, -(-(peak - budget) // tab.unit))
+    return None, tab
+
+
+def _fallbacks(ch: Chain, budget: int, store_all: int, exact, tries: int, units: int):
+    """After `_first`: the bytes alone for `over`, the least peak of that table, then the
+    schedule of least peak (`min-memory`'s)."""
+    got, tab = (None, None) if not ch.raw_over else \
+        _first(ch, budget, exact, tries, units, replace(ch, over=ch.raw_over))
+    if got is not None:
+        return got
+    for table in (tab, None):
+        least = _least(ch, store_all, exact, table, units)
+        if least is not None and least[1] <= budget:
+            return least
+    return None
+
+
 def solve_chain(ch: Chain, budget: int | None, store_all: int, exact,
-                tries: int = 4, fallbacks: bool = True,
-                units: int = UNITS) -> tuple[Plan, int] | None:
+                tries: int = 4, units: int = UNITS) -> tuple[Plan, int] | None:
     """The DP's schedule for `budget` (None: the least peak) and its exact peak
     (`exact(clones)`). While the exact peak misses the budget (the chain model rounds sizes
     to its units and does not see every byte), the DP's schedule for fewer units is taken,
@@ -438,49 +467,44 @@ def solve_chain(ch: Chain, budget: int | None, store_all: int, exact,
     store-all profile, then with the bytes alone (more room kept); when neither has a
     schedule that fits, the schedule of least peak in the last table is tried, then the one
     of `budget` None (so that `min-memory`'s peak is always a budget that fits). None if
-    nothing fits. Without `fallbacks`, only the first model's schedules are tried."""
+    nothing fits."""
     if budget is None:
         return _least(ch, store_all, exact, units=units)
-    tab = None
-    for model in (ch, replace(ch, over=ch.raw_over) if ch.raw_over else None):
-        if model is None or (model is not ch and not fallbacks):
-            continue
-        tab = _Tables(model, budget, units)
-        m = tab.units(budget)
-        for _ in range(tries):
-            plan = tab.plan(m) if m >= 0 else None
-            if plan is None:
-                break
-            peak = exact(plan.clones)
-            if peak <= budget:
-                return plan, peak
-            m -= max(1, -(-(peak - budget) // tab.unit))
-    for table in (tab, None) if fallbacks else ():
-        # the last table's least peak, then min-memory's schedule
-        least = _least(ch, store_all, exact, table, units)
-        if least is not None and least[1] <= budget:
-            return least
-    return None
+    got, _ = _first(ch, budget, exact, tries, units)
+    return got if got is not None else _fallbacks(ch, budget, store_all, exact, tries, units)
 
 
 def solve_chains(prob: Problem, module: Module, dims, budget: int | None, store_all: int,
-                 exact) -> tuple[list[Chain], tuple[Plan, int, Chain] | None]:
+                 exact, tries: int = 4) -> tuple[list[Chain], tuple[Plan, int, Chain] | None]:
     """The chains of `prob` (one-op segments merged into the next, and every cut when that
     differs) and the DP's best schedule over them: the fewest FLOPs that fit `budget`, or
-    (None) the least peak; (plan, exact peak, its chain). The second chain is solved
-    without `solve_chain`'s fallbacks once the first has a schedule, and beyond
-    `SECOND_FINE` segments in half the memory units (the DP's time grows as K^3)."""
+    (None) the least peak; (plan, exact peak, its chain). Beyond `SECOND_FINE` segments the
+    second chain is solved in half the memory units (the DP's time grows as K^3). With a
+    budget, `solve_chain`'s fallbacks run only when neither chain's first schedules fit,
+    first on the chain whose model reaches the lower peak, and stop at the first that fits."""
     chains = [ch for ch in (build_chain(prob, module, dims),
                             build_chain(prob, module, dims, merge=False)) if ch is not None]
     if len(chains) == 2 and chains[0].stages == chains[1].stages:
         chains.pop()
-    best = None
-    for k, ch in enumerate(chains):     # the second: no fallbacks after a schedule
-        units = UNITS // 2 if k and ch.size > SECOND_FINE else UNITS
-        got = solve_chain(ch, budget, store_all, exact, fallbacks=best is None, units=units)
-        if got is None:
-            continue
-        key = (got[1], got[0].flops) if budget is None else (got[0].flops, got[1])
-        if best is None or key < best[0]:
-            best = (key, (got[0], got[1], ch))
-    return chains, best[1] if best else None
+    units = [UNITS // 2 if k and ch.size > SECOND_FINE else UNITS for k, ch in enumerate(chains)]
+    if budget is None:
+        got = [(solve_chain(ch, None, store_all, exact, units=u), ch)
+               for ch, u in zip(chains, units)]
+        got = [(g[1], g[0].flops, k, g, ch) for k, (g, ch) in enumerate(got) if g is not None]
+    else:
+        firsts = [(_first(ch, budget, exact, tries, u), ch, u) for ch, u in zip(chains, units)]
+        got = [(g[0].flops, g[1], k, g, ch) for k, ((g, _), ch, _) in enumerate(firsts)
+               if g is not None]
+        if not got:
+            def reach(tab):
+                m = tab.least()
+                return INF if m is None else tab.floor + m * tab.unit
+            for (_, tab), ch, u in sorted(firsts, key=lambda f: reach(f[0][1])):
+                g = _fallbacks(ch, budget, store_all, exact, tries, u)
+                if g is not None:
+                    got = [(g[0].flops, g[1], 0, g, ch)]
+                    break
+    if not got:
+        return chains, None
+    _, _, _, (plan, peak), ch = min(got, key=lambda c: c[:3])
+    return chains, (plan, peak, ch)
