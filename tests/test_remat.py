@@ -180,3 +180,20 @@ def test_recompute_loops_are_marked_and_verify():
     marked[0].attrs["unrolled"] = True
     with pytest.raises(AdcError, match="needs exactly the attrs"):
         verify(out)
+
+
+@pytest.mark.parametrize("best", [1, 2, 7, 50, 1000])
+@pytest.mark.parametrize("guess", [1, 6, 7, 8, 999, 5000])
+def test_most_slots_finds_the_boundary_from_any_guess(best, guess):
+    """The search for the most slots that fit (`schedule._most_slots`) against the answer
+    of a monotone test; a guess next to it costs a few tests, not a bisection of all."""
+    from adcompiler.remat.schedule import _most_slots
+    asked = []
+
+    def fits(c):
+        asked.append(c)
+        return c <= best
+    assert _most_slots(fits, 1000, guess) == best
+    assert all(1 <= c <= 1000 for c in asked)
+    if abs(guess - best) <= 1:
+        assert len(asked) <= 4

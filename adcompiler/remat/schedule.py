@@ -134,10 +134,10 @@ def _best_for_loop(n: int, fits, room: int, state: int, step: int,
     bytes by which the plan's exact peak misses the budget; (1, 1) fits, leaving `room`
     bytes below the budget.
 
-    For each tape length L of a ladder, a bisection on exact peaks finds the most slots
-    that fit (the peak grows with the slots and with L). Beyond `EXACT_STEPS` steps, where
-    every exact peak means rewriting a long loop, only one-step tapes are bisected (c1
-    slots) and longer tapes are tried by a model of the peak, the room
+    For each tape length L of a ladder, a search on exact peaks finds the most slots that
+    fit (the peak grows with the slots and with L; `_most_slots`). Beyond `EXACT_STEPS`
+    steps, where every exact peak means rewriting a long loop, only one-step tapes are
+    searched (c1 slots) and longer tapes are tried by a model of the peak, the room
     taken by ``(c-1)*state + (L-1)*step`` (slots and tape full at once): the cheapest plan
     of the model that beats (c1, 1) is checked exactly; when the model was short, the room
     is cut by the shortfall and the search repeated (at most `tries` times).
@@ -148,10 +148,9 @@ def _best_for_loop(n: int, fits, room: int, state: int, step: int,
     for L in [1] + (_leaves(n) if n <= EXACT_STEPS else []):
         if fits(1, L) is not True:
             break
-        lo, hi = 1, -(-n // L)
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if fits(mid, L) is True else (lo, mid - 1)
+        blocks = -(-n // L)
+        guess = blocks if state == 0 else 1 + max(room - (L - 1) * step, 0) // state
+        lo = _most_slots(lambda c, L=L: fits(c, L) is True, blocks, guess)
         best = min(best, (cost(n, lo, L), lo, L))
     if n <= EXACT_STEPS:
         return best[1], best[2]
@@ -169,6 +168,33 @@ def _best_for_loop(n: int, fits, room: int, state: int, step: int,
         else:
             break
     return best[1], best[2]
+
+
+def _most_slots(fits, hi: int, guess: int) -> int:
+    """The most slots ``c <= hi`` with ``fits(c)``, given ``fits(1)``: from the model's
+    `guess`, steps of doubling length towards the boundary, then a bisection, so a close
+    guess costs a few exact peaks."""
+    lo, g = 1, min(max(guess, 1), hi)
+    if g == 1 or fits(g):
+        lo, d = g, 1
+        while lo < hi:
+            p = min(hi, lo + d)
+            if not fits(p):
+                hi = p - 1
+                break
+            lo, d = p, 2 * d
+    else:
+        hi, d = g - 1, 1
+        while lo < hi:
+            p = max(lo + 1, hi - d + 1)
+            if fits(p):
+                lo = p
+                break
+            hi, d = p - 1, 2 * d
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
 
 
 def solve_budget(module: Module, fn: str, pairs: list[LoopPair], budget: int | None,
