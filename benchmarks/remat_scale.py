@@ -12,9 +12,10 @@ baselines, Chen's √n segments and the min-cut, each against the chain DP at th
 predicted peak (``budget:`` equal to the baseline's peak), and the DP's recomputation over
 the MILP's proven optimum at three budgets of the sweep (the MILP alone, `--milp-seconds`).
 
-Part 2, loops: the tanh RNN sample over T = 10^3, 10^4, 10^5 steps under `revolve:4`,
-`budget:` (half of store-all), `min-memory` and `sqrt`: the time to schedule (the remat
-pass alone, in this process), the size of the scheduled adjoint in ops, the plan (slots,
+Part 2, loops: the tanh RNN sample over T = 10^3, 10^4, 10^5 steps under `revolve:2`,
+`revolve:4`, `revolve:32`, `budget:` (half of store-all), `min-memory` and `sqrt`: the time
+to schedule (the remat pass alone, in this process), the size of the scheduled adjoint in
+ops (with the functions of its shared parts, counted too), the plan (slots,
 tape length), its recomputed steps against the binomial optimum for those slots and tapes
 (`binomial.cost`), and the predicted peak against the measured one, for the schedules that
 run at most `--run-evals` step evaluations. A cell that runs past `--cap` seconds says so.
@@ -276,15 +277,16 @@ def loops(args) -> None:
     module, fn, _ = compiled(rnn, {"T": 20})     # imports (HiGHS) outside the timings
     schedule(module, "min-memory", fn, {"T": 20})
     print("\n## Loops (samples/rnn.tdsl)\n")
-    print("| T | policy | schedule time (s) | adjoint ops | slots, tape | recomputed steps "
-          "| binomial optimum | predicted peak | measured peak |")
+    print("| T | policy | schedule time (s) | adjoint ops (functions) | slots, tape "
+          "| recomputed steps | binomial optimum | predicted peak | measured peak |")
     print("|---|---|---|---|---|---|---|---|---|")
     for T in args.loops:
         dims = {"T": T}
         module, fn, inputs = compiled(rnn, dims)
         store = remat_stats(module, schedule(module, "none", fn, dims), dims)
         budget = store["peak_bytes_store_all"] // 2
-        for policy in ("revolve:4", f"budget:{budget}", "min-memory", "sqrt"):
+        for policy in ("revolve:2", "revolve:4", "revolve:32", f"budget:{budget}",
+                       "min-memory", "sqrt"):
             try:
                 s, t = capped(args.cap, schedule, module, policy, fn, dims)
             except AdcError as e:
@@ -305,7 +307,8 @@ def loops(args) -> None:
                     raise SystemExit(f"T={T} {policy}: predicted peak "
                                      f"{st['peak_bytes_predicted']} but measured "
                                      f"{rs['peak_bytes']}")
-            print(f"| {T:,} | {policy} | {t:.2f} | {ops_of(s.module, fn):,} | {c}, {L} "
+            fns = len(calls_bottom_up(s.module, fn))
+            print(f"| {T:,} | {policy} | {t:.2f} | {ops_of(s.module, fn):,} ({fns}) | {c}, {L} "
                   f"| {steps:,} | {'-' if best is None else f'{best:,}'} "
                   f"| {st['peak_bytes_predicted']:,} | {measured} |", flush=True)
 

@@ -306,10 +306,12 @@ class LoopRewriter:
         keep = list(range(len(rxs)))
         block, vmap = _step_block(rbody, self.pos(b, a), ncr, list(rxs), keep, scanned, b,
                                   self.outer)
-        with b.inside(block):
-            b.yield_([vmap.get(v, v) for v in rbody.ops[-1].operands])
+        out = rbody.ops[-1].operands
+        with b.inside(block):      # the stacked outputs that are read, only
+            b.yield_([vmap.get(v, v) for v in out[:ncr]]
+                     + [vmap.get(out[ncr + k], out[ncr + k]) for k in self.ys_used])
         loop = b.for_(count, block, cts, [stack_of[rxs[k]] for k in scanned], reverse=True)
-        return loop.results[:ncr], [loop.results[ncr + k] for k in self.ys_used]
+        return loop.results[:ncr], loop.results[ncr:]
 
     def tape_and_reverse(self, b: Builder, a: Start, count: int, state: list[Value],
                          cts: list[Value]) -> tuple[list[Value], list[Value]]:
@@ -494,7 +496,7 @@ class LoopRewriter:
         k = 0
         while k < len(self.todo):      # part functions, each emitted once
             self.emit_part(*self.todo[k])
-            dce_function(self.module[self.todo[k][0]], self.module)
+            dce_function(self.module[self.todo[k][0]], self.module)   # as `fn` is, after
             k += 1
         self.info.recomputed_steps = self.total_steps()
         return self.info
