@@ -14,7 +14,7 @@ the MILP's proven optimum at three budgets of the sweep (the MILP alone, `--milp
 
 Part 2, loops: the tanh RNN sample over T = 10^3, 10^4, 10^5 steps under `revolve:2`,
 `revolve:4`, `revolve:32`, `budget:` (half of store-all), `min-memory` and `sqrt`: the time
-to schedule (the remat pass alone, in this process), the size of the scheduled adjoint in
+to schedule (the remat pass alone, in this process: CPU and wall seconds), the size of the scheduled adjoint in
 ops (with the functions of its shared parts, counted too), the plan (slots,
 tape length), its recomputed steps against the binomial optimum for those slots and tapes
 (`binomial.cost`), and the predicted peak against the measured one, for the schedules that
@@ -277,7 +277,7 @@ def loops(args) -> None:
     module, fn, _ = compiled(rnn, {"T": 20})     # imports (HiGHS) outside the timings
     schedule(module, "min-memory", fn, {"T": 20})
     print("\n## Loops (samples/rnn.tdsl)\n")
-    print("| T | policy | schedule time (s) | adjoint ops (functions) | slots, tape "
+    print("| T | policy | schedule CPU / wall (s) | adjoint ops (functions) | slots, tape "
           "| recomputed steps | binomial optimum | predicted peak | measured peak |")
     print("|---|---|---|---|---|---|---|---|---|")
     for T in args.loops:
@@ -288,7 +288,7 @@ def loops(args) -> None:
         for policy in ("revolve:2", "revolve:4", "revolve:32", f"budget:{budget}",
                        "min-memory", "sqrt"):
             try:
-                s, t = capped(args.cap, schedule, module, policy, fn, dims)
+                s, t, cpu = _cpu_capped(args.cap, schedule, module, policy, fn, dims)
             except AdcError as e:
                 print(f"| {T:,} | {policy} | error: {e.message} | | | | | | |")
                 continue
@@ -308,7 +308,8 @@ def loops(args) -> None:
                                      f"{st['peak_bytes_predicted']} but measured "
                                      f"{rs['peak_bytes']}")
             fns = len(calls_bottom_up(s.module, fn))
-            print(f"| {T:,} | {policy} | {t:.2f} | {ops_of(s.module, fn):,} ({fns}) | {c}, {L} "
+            print(f"| {T:,} | {policy} | {cpu:.2f} / {t:.2f} | {ops_of(s.module, fn):,} ({fns}) "
+                  f"| {c}, {L} "
                   f"| {steps:,} | {'-' if best is None else f'{best:,}'} "
                   f"| {st['peak_bytes_predicted']:,} | {measured} |", flush=True)
 

@@ -335,16 +335,22 @@ class LoopRewriter:
                       pieces: dict[int, list[Value]]) -> list[Value]:
         """Reverse `chain` from `state`, the state at its start: a reverse loop over its ``q``
         blocks of ``ell`` steps (block ``i`` starts ``f + ell*i`` steps after ``a``), then its
-        first block of ``f`` steps."""
+        first block of ``f`` steps (with shared parts, a first block as long as the others
+        is the loop's block 0)."""
         a, f, ell, q = chain
+        whole = self.shared and f == ell   # the first block as block 0, advanced over 0 times
+        skip = 0 if whole else f
+
         def step(first, carries, _):
-            start = self.advance_by(b, a, (ell, f), state)
+            start = self.advance_by(b, a, (ell, skip), state)
             cts_in, parts = self.tape_and_reverse(b, first, ell, start, list(carries))
             return cts_in + parts
-        res = self._segment_loop(b, q, ell, a + f, cts, [], step, reverse=True)
-        self.count(ell * q * (q - 1) // 2 + f * q)
-        cts, pieces[a + f] = res[:len(cts)], self._flat(b, res[len(cts):])
-        cts, pieces[a] = self.tape_and_reverse(b, a, f, state, cts)
+        g = q + 1 if whole else q
+        res = self._segment_loop(b, g, ell, a + skip, cts, [], step, reverse=True)
+        self.count(ell * g * (g - 1) // 2 + skip * g)
+        cts, pieces[a + skip] = res[:len(cts)], self._flat(b, res[len(cts):])
+        if not whole:
+            cts, pieces[a] = self.tape_and_reverse(b, a, f, state, cts)
         return cts
 
     # -- sweeps -----------------------------------------------------------------------
