@@ -14,8 +14,8 @@ the MILP's proven optimum at three budgets of the sweep (the MILP alone, `--milp
 
 Part 2, loops: the tanh RNN sample over T = 10^3, 10^4, 10^5 steps under `revolve:2`,
 `revolve:4`, `revolve:32`, `budget:` (half of store-all), `min-memory` and `sqrt`: the time
-to schedule (the remat pass alone, in this process: CPU and wall seconds), the size of the scheduled adjoint in
-ops (with the functions of its shared parts, counted too), the plan (slots,
+to schedule (the remat pass alone, in this process: CPU and wall seconds), the size of the
+scheduled adjoint in ops (with the functions of its shared parts, counted too), the plan (slots,
 tape length), its recomputed steps against the binomial optimum for those slots and tapes
 (`binomial.cost`), and the predicted peak against the measured one, for the schedules that
 run at most `--run-evals` step evaluations. A cell that runs past `--cap` seconds says so.

@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 
+from adcompiler.emit.python import emit_python
 from adcompiler.ir.calls import calls_bottom_up
 from adcompiler.ir.parser import parse_module
 from adcompiler.ir.printer import print_module
@@ -111,3 +112,36 @@ def test_a_function_that_borrows_its_arguments_returns_none_of_them():
 }"""
     with pytest.raises(Exception, match="returns an argument of a function that borrows"):
         verify(parse_module(text))
+
+
+def test_a_chain_of_calls_deeper_than_python_allows_by_default(monkeypatch):
+    """1,200 functions each calling the next: the memory model, the FLOP count, the
+    interpreter and the emitted Python all get through it at Python's default limit."""
+    from adcompiler.ir.builder import Builder
+    from adcompiler.ir.core import Block, Function, Module
+    from adcompiler.ir.types import TensorType
+    from adcompiler.memory.flops import function_flops
+    t = TensorType("f64", (2,))
+    module, depth = Module(), 1200
+    for k in reversed(range(depth)):
+        body = Block([t], ["x"])
+        b = Builder(body)
+        y = b.emit("neg", body.args[0]) if k == depth - 1 else \
+            b.call(module[f"f{k + 1}"], [body.args[0]])[0]
+        b.ret([y])
+        module.add(Function(f"f{k}", body, [t]))
+    verify(module)
+    limit = sys.getrecursionlimit()
+    try:
+        sys.setrecursionlimit(1000)
+        assert predict_peak(module, "f0").peak_bytes == 16 * (depth + 1)
+        assert function_flops(module["f0"], {}, module) == 2
+        got, stats = run_function(module, "f0", {"x": np.array([1.0, -2.0])})
+        assert stats["peak_bytes"] == 16 * (depth + 1)
+        sys.setrecursionlimit(1000)
+        ns: dict = {}
+        exec(compile(emit_python(module, "f0"), "emitted.py", "exec"), ns)
+        emitted = ns["f0"](np.array([1.0, -2.0]))
+    finally:
+        sys.setrecursionlimit(limit)
+    assert np.array_equal(got[0], [-1.0, 2.0]) and np.array_equal(emitted[0], [-1.0, 2.0])

@@ -366,6 +366,11 @@ def emit_python(module: Module, fn_name: str, output_names: list[str] | None = N
            "",
            "from adc_runtime.kernels import KERNELS as K",
            ""]
+    from adc_runtime.liveness import FRAMES_PER_CALL, frames_needed
+    frames = frames_needed(module)
+    if frames > 1000 + 500 * FRAMES_PER_CALL:   # chains of calls too deep for the default
+        out[-4:-3] = ["import sys", "", "import numpy as np"]
+        out[-1:-1] = ["", f"sys.setrecursionlimit(max(sys.getrecursionlimit(), {frames}))"]
     for f in module.functions.values():
         out += ["", *_FunctionEmitter(module, f, fn_names, needs_dims, src).emit(), ""]
     names = output_names or [f"out{k}" for k in range(len(fn.result_types))]
