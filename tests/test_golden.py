@@ -13,7 +13,9 @@ Other lines starting with ``//`` are comments: say there what the case shows and
 expected text is right. Location annotations are kept, so provenance is checked too. The
 input module must be left as it was (a pass edits a copy), and the expected module must
 print back as written.
-Files outside a pass's folder (``golden/ir``, ``golden/reverse``) belong to other tests.
+Files outside a pass's folder (``golden/ir``) and the ``*.grad.ir`` files of
+``golden/reverse`` belong to other tests. `test_golden_numeric.py` checks the derivatives
+that the expected modules of the AD, batch and train-step folders compute.
 """
 from __future__ import annotations
 
@@ -29,7 +31,8 @@ from adcompiler.ir.printer import print_module
 from adcompiler.passes import run_pipeline
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
-NOT_PASS_FILES = {"ir", "reverse"}  # tested by test_ir_text.py and test_reverse_golden.py
+NOT_PASS_FILES = {"ir"}  # tested by test_ir_text.py
+OTHER_FORMAT = ".grad.ir"  # golden/reverse/*.grad.ir: test_reverse_golden.py
 SEPARATOR = re.compile(r"^// -----\s*$")
 
 
@@ -77,7 +80,7 @@ def collect(root: Path = GOLDEN) -> list[Case]:
     """Every case of every pass folder below `root`, in file and line order."""
     cases = []
     for path in sorted(root.glob("*/*.ir")):
-        if path.parent.name in NOT_PASS_FILES:
+        if path.parent.name in NOT_PASS_FILES or path.name.endswith(OTHER_FORMAT):
             continue
         chunks, start, lines = [], 1, []
         for k, raw in enumerate(path.read_text().splitlines(), 1):
@@ -115,7 +118,7 @@ def test_golden(case: Case, capsys):
 def test_every_pass_folder_has_cases():
     folders = {c.path.parent.name for c in CASES}
     assert {"activity", "canonicalize", "cse", "dce", "fuse", "inline", "pipeline",
-            "scan-inputs"} <= folders
+            "scan-inputs", "reverse", "jvp", "hvp", "remat", "batch", "train-step"} <= folders
 
 
 def test_the_collector_reads_both_kinds_and_rejects_a_malformed_case(tmp_path):
