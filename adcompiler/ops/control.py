@@ -32,12 +32,15 @@ def _rules(module: str, *slots: str) -> dict:
 
 register_structural(FOR, traits=("loop",), doc="a loop over a body region",
                     **_rules("loop", "verify", "flops", "memory"),
-                    dce=Rule("adcompiler.ops.structural.loop_dce", "dce"))
+                    dce=Rule("adcompiler.ops.structural.loop_dce", "dce"),
+                    reverse=Rule("adcompiler.ops.structural.loop_reverse", "reverse"),
+                    forward=Rule("adcompiler.ops.structural.loop_forward", "forward"))
 register_structural(REPEAT, traits=("counted",),
                     doc="a loop of carries run a*i + b times, i the enclosing loop's index",
                     **_rules("repeat", "verify", "flops", "memory"))
 register_structural(CALL, traits=("calls",), doc="a call of a function of the module",
-                    **_rules("call", "verify", "flops", "memory"))
+                    **_rules("call", "verify", "flops", "memory"),
+                    **_rules("call_ad", "reverse", "forward"))
 register_structural(YIELD, traits=("terminator",), doc="ends a loop body or fused region",
                     ends="region", **_rules("terminator", "verify"))
 register_structural(RETURN, traits=("terminator",), doc="ends a function body",

@@ -60,8 +60,10 @@ a region's rule recurses through that pass (the rules: `adcompiler.ops.structura
 * `memory(walk, op)`: the live bytes its regions or callee add (`adcompiler.memory.liveness`);
 * `dce(op, need, effects)`: prune the op's region, returning the values it still reads
   (`adcompiler.passes.dce`; default: sweep each region);
-* `reverse(driver, op, out_cts)` and `forward(driver, op, tangents)`: the op's adjoint and
-  tangent (`adcompiler.passes.reverse`, `adcompiler.passes.jvp`).
+* `reverse(b, op, out_cts, cts, module)`: the cotangents of the op's operands from those of
+  its results, given the cotangent environment `cts` (`adcompiler.passes.reverse`);
+* `forward(tb, op, tangents)`: emit the op, or its replacement, and the tangents of its
+  results through the tangent builder `tb` (`adcompiler.passes.jvp`).
 """
 from __future__ import annotations
 

@@ -11,12 +11,13 @@ by its tangent ops:
 * each op's JVP rule comes from the registry; an op with the ``linear`` trait and no rule
   is its own JVP (it is applied to the tangents, zeros standing in for missing ones);
   this driver alone broadcasts a tangent to its value's shape and casts it to its dtype;
-* a call that survived inlining calls the callee's ``tangent`` rule; a callee with only a
-  ``grad`` rule is an error, since a VJP cannot be run forwards;
-* a ``for`` loop becomes one loop carrying primal and tangent values side by side: its
-  carries are the primal carries, then the tangents of the active carries; its sliced
-  inputs are the primal ones, then the tangents of the active ones; it yields the primal
-  per-iteration outputs, then the tangents of those that have one.
+* a structural op emits itself and its tangents by its `forward` rule
+  (`adcompiler.ops.structural`): a call that survived inlining calls the callee's
+  ``tangent`` rule (a callee with only a ``grad`` rule is an error, since a VJP cannot be
+  run forwards); a ``for`` loop becomes one loop carrying primal and tangent values side
+  by side: its carries are the primal carries, then the tangents of the active carries;
+  its sliced inputs are the primal ones, then the tangents of the active ones; it yields
+  the primal per-iteration outputs, then the tangents of those that have one.
 """
 from __future__ import annotations
 
@@ -24,10 +25,8 @@ from dataclasses import dataclass
 
 from ..diagnostics import AdcError
 from ..ir.builder import Builder
-from ..ir.core import Block, Function, Module, Op, Value, source_name
-from ..ir.types import TensorType
+from ..ir.core import Function, Module, Op, Value
 from ..ops import registry
-from ..ops.registry import has_trait
 from .activity import analyze_activity
 from .ad import ADPass, resolve_wrt, zeros_like
 from .clone import clone_function
@@ -86,82 +85,24 @@ class TangentBuilder:
         b = self.b
         for op in ops:
             op.operands = [self.subst.get(v, v) for v in op.operands]
-            if has_trait(op, "loop"):
-                self.loop(op, tans)
+            structural = registry.STRUCTURAL.get(op.name)
+            if structural is not None and structural.forward is not None:
+                structural.forward(self, op, tans)  # emits the op (or its replacement)
                 continue
             b.insert(op)
-            in_t = [tans.get(v) for v in op.operands]
-            if all(t is None for t in in_t) or not any(r in self.active for r in op.results):
-                continue
-            with b.at(op.loc):
-                out_t = (self.call(op, in_t, tans) if has_trait(op, "calls")
-                         else apply_jvp(b, op, in_t))
-            for r, t in zip(op.results, out_t):
-                if r in self.active:
-                    tans.set(r, t)
+            self.tangents(op, tans, apply_jvp)
 
-    def call(self, op: Op, in_t: list, tans: Tangents) -> list:
-        callee = op.attrs["callee"]
-        rule = self.module.rule_for(callee, "tangent")
-        if rule is None:
-            name = source_name(callee)
-            if self.module.rule_for(callee, "grad") is not None:
-                raise AdcError(f"forward mode cannot differentiate the call to '{name}': it "
-                               f"has a grad rule but no tangent rule; add a rule "
-                               f"'tangent {name}(inputs..., input tangents...)' that "
-                               f"returns one tangent per result", op.loc)
-            raise AdcError(f"call to '{name}' was not inlined", op.loc)
-        seeds = [t if t is not None else zeros_like(self.b, v)
-                 for t, v in zip(in_t, op.operands)]
-        return self.b.call(rule, list(op.operands) + seeds)
+    def tangents(self, op: Op, tans: Tangents, rule) -> None:
+        """Emit the tangents of `op`'s active results, ``rule(b, op, in_tangents)``."""
+        in_t = [tans.get(v) for v in op.operands]
+        if all(t is None for t in in_t) or not any(r in self.active for r in op.results):
+            return
+        with self.b.at(op.loc):
+            out_t = rule(self.b, op, in_t)
+        for r, t in zip(op.results, out_t):
+            if r in self.active:
+                tans.set(r, t)
 
-    def loop(self, op: Op, outer: Tangents) -> None:
-        b, active = self.b, self.active
-        body, nc, n = op.regions[0], op.attrs["n_carry"], op.attrs["n"]
-        carry_args, x_args = body.args[1:1 + nc], body.args[1 + nc:]
-        xs = op.operands[nc:]
-        carries = [k for k in range(nc) if carry_args[k] in active or op.results[k] in active]
-        sliced = [j for j, x in enumerate(x_args)
-                  if x in active and outer.get(xs[j]) is not None]
-
-        nbody = Block([body.args[0].type], [body.args[0].name])
-        self.subst[body.args[0]] = nbody.args[0]
-        new_carry = [nbody.add_arg(a.type, a.name) for a in carry_args]
-        t_carry = [nbody.add_arg(carry_args[k].type, _t(carry_args[k])) for k in carries]
-        new_x = [nbody.add_arg(a.type, a.name) for a in x_args]
-        t_x = [nbody.add_arg(x_args[j].type, _t(x_args[j])) for j in sliced]
-        self.subst.update(zip(carry_args + x_args, new_carry + new_x))
-
-        inner = Tangents(b, outer)
-        inner.t.update(zip([new_carry[k] for k in carries], t_carry))
-        inner.t.update(zip([new_x[j] for j in sliced], t_x))
-        with b.inside(nbody), b.at(op.loc):
-            self.ops(body.ops[:-1], inner)
-            yielded = [self.subst.get(v, v) for v in body.ops[-1].operands]
-            ys = yielded[nc:]
-            with_t = [j for j, y in enumerate(ys) if inner.get(y) is not None
-                      and op.results[nc + j] in active]
-            b.yield_(yielded[:nc] + [inner.get_or_zeros(yielded[k]) for k in carries]
-                     + ys + [inner.get(ys[j]) for j in with_t])
-
-        with b.at(op.loc):
-            init = list(op.operands[:nc]) + [outer.get_or_zeros(op.operands[k]) for k in carries]
-            names = ([r.name for r in op.results[:nc]] + [_t(op.results[k]) for k in carries]
-                     + [r.name for r in op.results[nc:]]
-                     + [_t(op.results[nc + j]) for j in with_t])
-            new = b.for_(n, nbody, init, list(xs) + [outer.get(xs[j]) for j in sliced],
-                         reverse=op.attrs.get("reverse", False), result_names=names)
-        res, nt, ny = new.results, len(carries), len(ys)
-        self.subst.update(zip(op.results[:nc], res[:nc]))
-        self.subst.update(zip(op.results[nc:], res[nc + nt:nc + nt + ny]))
-        for pos, k in enumerate(carries):
-            outer.set(res[k], res[nc + pos])
-        for pos, j in enumerate(with_t):
-            outer.set(res[nc + nt + j], res[nc + nt + ny + pos])
-
-
-def _t(v: Value) -> str | None:
-    return f"t_{v.name}" if v.name else None
 
 
 def apply_jvp(b: Builder, op: Op, in_t: list) -> list:
