@@ -113,3 +113,6 @@ def test_structural_ops_have_their_rule_slots():
         d = registry.lookup(name)
         assert callable(d.flops) and callable(d.memory), name
     assert callable(registry.lookup("for").dce)
+    for name in ("for", "call"):  # differentiated by a rule of their own, not by the registry's VJP
+        d = registry.lookup(name)
+        assert callable(d.reverse) and callable(d.forward), name
