@@ -95,3 +95,26 @@ def test_options_recompute_less_and_never_beat_the_milp_optimum(tmp_path):
     # optimum's 3,072 (1.33x) where the whole-tape DP recomputes 6,720 (2.19x)
     best = _flops(prob, sol.clones)
     assert _flops(prob, rich[0].clones) <= 1.5 * best < _flops(prob, plain[0].clones)
+
+
+def test_the_milp_after_the_dp_proves_or_says_it_did_not(tmp_path):
+    # 2 blocks are small enough for the MILP after the DP (its schedule as the cutoff):
+    # stopped at once, the DP's schedule stays, labelled without a proof; given time,
+    # HiGHS finds the optimum and proves it
+    from test_remat_baselines import consistent
+    m, inputs = compiled(tmp_path, transformer(2))
+    ref, none_peak = measure(m, inputs)
+    budget = none_peak * 9 // 10
+    runs = {}
+    for limit in (0.001, 60):
+        sched = schedule(m, f"budget:{budget}", time_limit=limit)
+        stats = consistent(remat_stats(m, sched))
+        outs, peak = measure(sched.module, inputs)
+        assert same(outs, ref) and peak == stats["peak_bytes_predicted"] <= budget
+        runs[limit] = stats
+    quick, slow = runs[0.001], runs[60]
+    assert quick["straight_line"]["status"] != "optimal" and not quick["optimal"]
+    assert quick["guarantee"] in ("gap", "heuristic") and quick["solver"] == "chain-dp"
+    if slow["straight_line"]["status"] == "optimal":
+        assert slow["optimal"] and slow["gap"] == 0.0 and slow["solver"] == "highs-milp"
+        assert slow["recompute_flops"] < quick["recompute_flops"]
