@@ -116,3 +116,4 @@ def test_structural_ops_have_their_rule_slots():
     for name in ("for", "call"):  # differentiated by a rule of their own, not by the registry's VJP
         d = registry.lookup(name)
         assert callable(d.reverse) and callable(d.forward), name
+    assert callable(registry.lookup("for").batch)

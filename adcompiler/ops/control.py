@@ -34,7 +34,8 @@ register_structural(FOR, traits=("loop",), doc="a loop over a body region",
                     **_rules("loop", "verify", "flops", "memory"),
                     dce=Rule("adcompiler.ops.structural.loop_dce", "dce"),
                     reverse=Rule("adcompiler.ops.structural.loop_reverse", "reverse"),
-                    forward=Rule("adcompiler.ops.structural.loop_forward", "forward"))
+                    forward=Rule("adcompiler.ops.structural.loop_forward", "forward"),
+                    batch=Rule("adcompiler.ops.structural.loop_batch", "batch"))
 register_structural(REPEAT, traits=("counted",),
                     doc="a loop of carries run a*i + b times, i the enclosing loop's index",
                     **_rules("repeat", "verify", "flops", "memory"))

@@ -64,6 +64,8 @@ a region's rule recurses through that pass (the rules: `adcompiler.ops.structura
   its results, given the cotangent environment `cts` (`adcompiler.passes.reverse`);
 * `forward(tb, op, tangents)`: emit the op, or its replacement, and the tangents of its
   results through the tangent builder `tb` (`adcompiler.passes.jvp`).
+* `batch(batcher, b, op)`: emit the op over a batch of examples at the builder `b`, through
+  the pass's `Batcher` (`adcompiler.passes.batch`).
 """
 from __future__ import annotations
 
@@ -173,8 +175,8 @@ STRUCTURAL: dict[str, OpDef] = {}
 
 
 def register_structural(name: str, *, traits=(), doc: str = "", verify=None, ends=None,
-                        flops=0, memory=None, dce=None, reverse=None,
-                        forward=None) -> OpDef:
+                        flops=0, memory=None, dce=None, reverse=None, forward=None,
+                        batch=None) -> OpDef:
     """Declare a structural op with its traits and rule slots (see the module doc)."""
     if name in STRUCTURAL or name in REGISTRY:
         raise ValueError(f"op {name!r} is already registered")
@@ -185,7 +187,7 @@ def register_structural(name: str, *, traits=(), doc: str = "", verify=None, end
         raise ShapeError(f"'{name}' is structural: its types come from its regions")
     d = OpDef(name, infer, operands=("*operands",), traits=frozenset(traits), doc=doc,
               flops=flops, verify=verify, ends=ends, memory=memory, dce=dce,
-              reverse=reverse, forward=forward)
+              reverse=reverse, forward=forward, batch=batch)
     STRUCTURAL[name] = d
     return d
 

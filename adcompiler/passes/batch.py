@@ -10,7 +10,8 @@ back with the examples on axis 0. It is `jax.vmap` done once, on the IR:
 * any other op is rewritten by the batching rule declared with it (``batch=`` in
   `adcompiler.ops.registry`): elementwise ops broadcast, matmul gains batch axes,
   reductions shift their axes, and so on (`adcompiler.ops.batching`);
-* a ``for`` loop batches its carries (a carry becomes batched when its update is, found by
+* a structural op is rewritten by its own ``batch`` rule (`adcompiler.ops.structural`): a
+  ``for`` loop batches its carries (a carry becomes batched when its update is, found by
   iterating to a fixed point), scans batched inputs with the examples moved behind the
   iteration axis, and returns batched stacked outputs with the examples in front again;
 * calls are inlined first (a function with a custom derivative rule included).
@@ -56,8 +57,9 @@ class Batcher:
         """Rewrite every op of `block` but its terminator into `b`'s block."""
         for op in block.ops[:-1]:
             with b.at(op.loc):
-                if registry.has_trait(op, "loop"):
-                    self.loop(b, op)
+                structural = registry.STRUCTURAL.get(op.name)
+                if structural is not None and structural.batch is not None:
+                    structural.batch(self, b, op)
                 else:
                     self.op(b, op)
 
@@ -86,62 +88,10 @@ class Batcher:
         for old, new_v in zip(op.results, results):
             self.env[old] = (new_v, batched)
 
-    def loop(self, b: Builder, op: Op) -> None:
-        """A ``for`` loop over batched carries and scanned inputs (see the module doc)."""
-        nc = op.attrs["n_carry"]
-        inits = [self.env[v] for v in op.operands[:nc]]
-        xs = [self.env[v] for v in op.operands[nc:]]
-        carried = [f for _, f in inits]
-        body = op.regions[0]
-        while True:   # a carry becomes batched when its update is; at most nc rounds
-            saved = dict(self.env)
-            nbody, yielded = self._body(body, carried, xs)
-            flags = [f for _, f in yielded[:nc]]
-            grown = [c or f for c, f in zip(carried, flags)]
-            if grown == carried:
-                break
-            carried, self.env = grown, saved
-        nb = Builder(nbody)
-        outs = []
-        for k, (v, f) in enumerate(yielded):
-            if k < nc and carried[k] and not f:
-                v = self.materialize(nb, v)
-            outs.append(v)
-        nb.yield_(outs)
-        init = [self.materialize(b, v) if c and not f else v
-                for (v, f), c in zip(inits, carried)]
-        scanned = [self._iteration_first(b, v) if f else v for v, f in xs]
-        new = b.for_(op.attrs["n"], nbody, init, scanned, reverse=op.attrs.get("reverse", False),
-                     result_names=[r.name for r in op.results])
-        new.attrs = {**op.attrs, **new.attrs}
-        for k, (old, res) in enumerate(zip(op.results, new.results)):
-            if k < nc:
-                self.env[old] = (res, carried[k])
-            elif yielded[k][1]:   # stacked [n_iter, batch, ...]: examples in front again
-                perm = [1, 0] + list(range(2, res.type.rank))
-                self.env[old] = (b.emit("transpose", res, perm=perm), True)
-            else:
-                self.env[old] = (res, False)
-
-    def _body(self, body: Block, carried: list[bool], xs) -> tuple[Block, list]:
-        nc = len(carried)
-        counter, carries, slices = body.args[0], body.args[1:nc + 1], body.args[nc + 1:]
-        types = [counter.type]
-        types += [self._batched_type(a.type) if c else a.type for a, c in zip(carries, carried)]
-        types += [self._batched_type(a.type) if f else a.type
-                  for a, (_, f) in zip(slices, xs)]
-        nbody = Block(types, [a.name for a in body.args])
-        flags = [False] + list(carried) + [f for _, f in xs]
-        for old, new, f in zip(body.args, nbody.args, flags):
-            self.env[old] = (new, f)
-        nb = Builder(nbody)
-        self.block(nb, body)
-        return nbody, [self.env[v] for v in body.ops[-1].operands]
-
-    def _batched_type(self, t: TensorType) -> TensorType:
+    def batched_type(self, t: TensorType) -> TensorType:
         return t.with_shape((self.n,) + tuple(t.shape))
 
-    def _iteration_first(self, b: Builder, v: Value) -> Value:
+    def iteration_first(self, b: Builder, v: Value) -> Value:
         """A batched scanned input [batch, n_iter, ...] as [n_iter, batch, ...]."""
         return b.emit("transpose", v, perm=[1, 0] + list(range(2, v.type.rank)))
 
