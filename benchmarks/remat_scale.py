@@ -148,7 +148,8 @@ def _milp_optimum(module, fn, budget, seconds):
 def _dp_alone(module, fn, budget, whole=False):
     """The chain DP alone at `budget`: (exact peak, recomputed FLOPs, CPU s) or None;
     `whole`: on the chain of every cut point, each segment's tape kept whole."""
-    from adcompiler.remat.chain import build_chain, solve_chain, solve_chains
+    from adcompiler.remat.chain import build_chain
+    from adcompiler.remat.chain_solve import solve_chain, solve_chains
     from adcompiler.remat.dag import build_problem
     from adcompiler.remat.straight import _apply, _flops
     start = time.process_time()

@@ -1,4 +1,4 @@
-"""The chain DP (remat/chain.py): its vectorized tables against a plain recursion of the
+"""The chain DP (remat/chain*.py): its vectorized tables against a plain recursion of the
 same recurrences on random chains, against the MILP's proven optimum on a small MLP, the decomposition of programs with and without cut
 points, schedules with bit-identical gradients and predicted = measured peaks, no more
 recomputation than Chen's segments at their peak, the min-cut's fallback to store-all,
@@ -13,7 +13,9 @@ import test_remat_dag
 from test_remat_dag import compiled, measure, same
 
 from adcompiler.memory import predict_peak
-from adcompiler.remat.chain import INF, Chain, _Tables, build_chain, solve_chain
+from adcompiler.remat.chain import INF, Chain, build_chain
+from adcompiler.remat.chain_dp import Tables
+from adcompiler.remat.chain_solve import solve_chain
 from adcompiler.remat.dag import build_problem
 from adcompiler.remat.explain import remat_stats
 from adcompiler.remat.milp import _Progress, objective
@@ -48,7 +50,7 @@ def random_chain(rng: random.Random, K: int) -> Chain:
     return ch
 
 
-def reference(tab: _Tables, ch: Chain):
+def reference(tab: Tables, ch: Chain):
     """The recurrences of the module docstring, one state at a time, with every tape
     option of a segment (`tapes`) where the whole tape is kept."""
     a, abar, over, fwn, fwt, K = tab.a, tab.abar, tab.over, tab.fwn, tab.fwt, ch.size
@@ -96,7 +98,7 @@ def reference(tab: _Tables, ch: Chain):
 def test_tables_match_the_plain_recursion(seed):
     rng = random.Random(seed)
     ch = random_chain(rng, rng.randint(1, 7))
-    tab = _Tables(ch, 2600, units=30)
+    tab = Tables(ch, 2600, units=30)
     C, D = reference(tab, ch)
     for m in range(tab.Q + 1):
         assert tab.D[0, m] == D(0, m)

@@ -8,7 +8,8 @@ from test_remat_dag import compiled, measure, remat_bench, same
 
 from adcompiler.memory import predict_peak
 from adcompiler.remat import milp
-from adcompiler.remat.chain import build_chain, solve_chain
+from adcompiler.remat.chain import build_chain
+from adcompiler.remat.chain_solve import solve_chain
 from adcompiler.remat.dag import build_problem
 from adcompiler.remat.explain import remat_stats
 from adcompiler.remat.milp import objective

@@ -19,7 +19,7 @@ from ..memory.liveness import predict_peak
 from ..memory.sizes import format_bytes
 from ..passes.clone import clone_function
 from ..passes.dce import dce_function
-from .chain import solve_chains
+from .chain_solve import solve_chains
 from .dag import Problem, apply_clones, build_problem
 from .milp import Solution, _Progress, model_size, objective, solve
 
