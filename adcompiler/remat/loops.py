@@ -30,6 +30,12 @@ Shorter runs and chains are emitted a loop per piece, as the rest of the plan: t
 form allocates the stacked per-step outputs of its segment loops (the reverse loop's
 cotangents of scanned inputs, the primal outputs) for the whole run at its start, where
 pieces would fill up one by one, so it can raise the peak; it pays off on long loops.
+
+A plan of `parts.MIN_PIECES` pieces or more is emitted with shared parts (`parts`): the
+forward sweep as above, then each part to reverse from a checkpoint as a call of the
+function emitted once for all parts of its shape, whose body advances to its split point,
+reverses the right part (a call again, a leaf, or a run or chain as nested loops from two
+blocks on) and then the left part, and joins their stacked outputs.
 """
 from __future__ import annotations
 
@@ -207,14 +213,13 @@ class LoopRewriter:
         self.todo: list[tuple[str, Plan]] = []
         self.shared = pieces(plan, MIN_RUN) >= MIN_PIECES
         self.min_run = 2 if self.shared else MIN_RUN    # compact runs and chains from here
-        if self.shared:
+        if self.shared:    # what the parts' loops read from outside, passed to each part
             self.keys = part_keys(plan)
             rev = pair.rev
-            res = {fwd.results[k] for k in pair.residual}
-            self.captures = [v for v in captured(fwd, rev)
-                             + list(fwd.operands[self.nc:]) + list(rev.operands[rev.attrs["n_carry"]:])
-                             if v not in res]
-            self.captures = list(dict.fromkeys(self.captures))
+            stacks = {fwd.results[k] for k in pair.residual}     # each part records its own
+            outer = captured(fwd, rev) + list(fwd.operands[self.nc:]) \
+                + list(rev.operands[rev.attrs["n_carry"]:])
+            self.captures = [v for v in dict.fromkeys(outer) if v not in stacks]
 
     def pos(self, b: Builder, a: Start) -> Start:
         """Plan position `a` as the first step of a piece: itself, or (inside a part's
@@ -417,7 +422,8 @@ class LoopRewriter:
         """A new function for the part `plan` stands for; its body is emitted later."""
         rev, l = self.pair.rev, length(plan)
         ncr = rev.attrs["n_carry"]
-        state, cts = self.fwd_operands_types(), [v.type for v in rev.operands[:ncr]]
+        state = [v.type for v in self.pair.fwd.operands[:self.nc]]
+        cts = [v.type for v in rev.operands[:ncr]]
         ys = [TensorType(r.type.dtype, (l,) + tuple(r.type.shape[1:]))
               for r in (rev.results[ncr + k] for k in self.ys_used)]
         k, name = 0, f"{self.fn.name}.part{l}"
@@ -433,9 +439,6 @@ class LoopRewriter:
         self.todo.append((name, plan))
         self.steps[name], self.calls[name] = 0, []
         return name
-
-    def fwd_operands_types(self) -> list[TensorType]:
-        return [v.type for v in self.pair.fwd.operands[:self.nc]]
 
     def emit_part(self, name: str, plan: Split) -> None:
         """The body of part function `name`: reverse `plan` from its arguments. It advances
