@@ -35,9 +35,30 @@ def op_name_literals(path: Path) -> list[tuple[int, str]]:
     return found
 
 
+def op_name_tables(path: Path) -> list[int]:
+    """Lines of every set, tuple or list literal of two or more op names in `path`: a
+    table of ops kept apart from their definitions (``CHEAP = {"index", "reshape"}``),
+    whatever line later compares a name with it."""
+    names = set(registry.REGISTRY) | set(registry.STRUCTURAL)
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.Set, ast.Tuple, ast.List)) and len(node.elts) >= 2 and all(
+                isinstance(e, ast.Constant) and e.value in names for e in node.elts):
+            found.append(node.lineno)
+    return found
+
+
 @pytest.mark.parametrize("module", TRAIT_DRIVEN)
 def test_module_names_no_op(module):
     assert op_name_literals(PKG / module) == []
+    assert op_name_tables(PKG / module) == []
+
+
+def test_the_check_finds_a_table_of_names(tmp_path):
+    p = tmp_path / "m.py"
+    p.write_text('CHEAP = {"index", "reshape"}\nx = ("index", "not an op")\n'
+                 'if d.name in CHEAP:\n    b.emit("add", x, y)\n')
+    assert op_name_tables(p) == [1]
 
 
 def test_the_check_finds_a_name(tmp_path):

@@ -98,7 +98,7 @@ def _matmul_batch(b, op, args, batched, n):
     return [out]
 
 
-register("matmul", _matmul, operands=("a", "b"), vjp=_matmul_vjp,
+register("matmul", _matmul, operands=("a", "b"), vjp=_matmul_vjp, traits=("heavy",),
          doc="NumPy matmul: 1-D, 2-D and batched with broadcast batch axes",
          jvp=_matmul_jvp, flops=_matmul_flops, batch=_matmul_batch, fresh=True)
 
@@ -150,7 +150,7 @@ def _transpose_transpose(b, m):
 
 
 register("transpose", _transpose, options=(Option("perm", "ints", None),),
-         traits=("linear",), vjp=_transpose_vjp, flops=0, batch=_transpose_batch,
+         traits=("linear", "view"), vjp=_transpose_vjp, flops=0, batch=_transpose_batch,
          rewrites=(Pattern(P("transpose", "x"), _identity_transpose,
                            "transpose by the identity -> x"),
                    Pattern(P("transpose", P("transpose", "x")), _transpose_transpose,
@@ -250,6 +250,6 @@ def _einsum_batch(b, op, args, batched, n):
 
 
 register("einsum", _einsum, operands=("*operands",), options=(Option("spec", "str"),),
-         positional=("spec", "*operands"), vjp=_einsum_vjp,
+         positional=("spec", "*operands"), vjp=_einsum_vjp, traits=("heavy",),
          jvp=_einsum_jvp, flops=_einsum_flops, batch=_einsum_batch,
          fresh=lambda op: len(op.operands) > 1)  # one operand: `ij->ji` is a view

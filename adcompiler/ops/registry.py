@@ -43,7 +43,10 @@ instead of matching op names:
 Traits: ``literal`` (a scalar constant: its ``value`` option), ``elementwise`` (result
 broadcasts its operands), ``linear`` (in its float operands), ``no_grad`` (derivative zero
 or undefined: comparisons, rounding, integer ops),
-``commutative``, ``reduction``, ``constructor`` (no tensor operands), ``impure`` (never
+``commutative``, ``reduction``, ``constructor`` (no tensor operands), ``view`` (a view or
+re-indexing of its first operand, no arithmetic: the reverse of a loop rebuilds it rather
+than storing it), ``heavy`` (its arithmetic dominates its memory traffic, as in a matrix
+product: the ``mincut`` baseline never recomputes it), ``impure`` (never
 removed or merged; no op is impure today).
 
 Structural ops (``for``, ``repeat``, ``call``, ``yield``, ``return``, ``fused``;

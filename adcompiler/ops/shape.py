@@ -11,6 +11,7 @@ from .patterns import P, Pattern, bound, re_emit
 from .registry import Option, register
 
 LINEAR = ("linear",)
+VIEW = ("linear", "view")   # a view or re-indexing of its operand: no arithmetic
 
 
 def _reshape(types, attrs):
@@ -38,7 +39,7 @@ def _with_batch_shape(b, op, args, batched, n):
     return [b.emit(op.name, args[0], shape=(n,) + tuple(op.attrs["shape"]))]
 
 
-register("reshape", _reshape, options=(Option("shape", "shape"),), traits=LINEAR,
+register("reshape", _reshape, options=(Option("shape", "shape"),), traits=VIEW,
          vjp=_back_to_operand, flops=0, batch=_with_batch_shape,
          rewrites=(Pattern(P("reshape", "x"), bound("x"), "reshape to the same shape -> x"),
                    Pattern(P("reshape", P("reshape", "x")), re_emit,
@@ -53,7 +54,7 @@ def _broadcast_to(types, attrs):
 
 
 # the VJP passes the cotangent on: the driver's unbroadcast sums it back to the operand
-register("broadcast_to", _broadcast_to, options=(Option("shape", "shape"),), traits=LINEAR,
+register("broadcast_to", _broadcast_to, options=(Option("shape", "shape"),), traits=VIEW,
          vjp=lambda b, op, ct: [ct[0]], flops=0,
          batch=lambda b, op, args, batched, n: _with_batch_shape(
              b, op, [expand_to(b, args[0], len(op.attrs["shape"]))], batched, n),
@@ -73,7 +74,7 @@ def _expand_dims(types, attrs):
     return t.with_shape(t.shape[:k] + (1,) + t.shape[k:])
 
 
-register("expand_dims", _expand_dims, options=(Option("axis", "int"),), traits=LINEAR,
+register("expand_dims", _expand_dims, options=(Option("axis", "int"),), traits=VIEW,
          vjp=_back_to_operand, flops=0, batch=axis_rule)
 
 
@@ -102,7 +103,7 @@ def _squeeze_batch(b, op, args, batched, n):
     return [b.emit("squeeze", x, axis=axes) if axes else x]
 
 
-register("squeeze", _squeeze, options=(Option("axis", "axes", None),), traits=LINEAR,
+register("squeeze", _squeeze, options=(Option("axis", "axes", None),), traits=VIEW,
          vjp=_back_to_operand, flops=0, batch=_squeeze_batch)
 
 
@@ -280,7 +281,7 @@ def _reads_row(op):
 
 
 register("index", _index, operands=("x", "*dyn"), options=(Option("idx", "idx"),),
-         traits=LINEAR, vjp=_index_vjp, batch=_index_batch,
+         traits=VIEW, vjp=_index_vjp, batch=_index_batch,
          doc="x[...]: entries int (drops an axis), [start, stop, step], '?' (next dyn)", flops=0,
          reads_row=_reads_row, sliced_shape=lambda op: op.operands[0].type.shape)
 

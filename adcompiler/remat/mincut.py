@@ -7,17 +7,15 @@ bytes. Each forward value ``v`` becomes an edge ``v.in -> v.out`` of capacity
 read straight from the function's inputs, and to values that must not be recomputed) and
 to the sink (from values the reverse sweep reads) are uncapacitated. The values whose edge
 crosses a minimum cut (networkx's max-flow) are saved; everything else the reverse sweep
-reads is recomputed (`saved.clones_for`). Like AOTAutograd, compute-heavy ops (`matmul`,
-`einsum`) are never recomputed. It minimizes the saved bytes, not the peak: a baseline.
+reads is recomputed (`saved.clones_for`). Like AOTAutograd, compute-heavy ops (trait
+``heavy``: `matmul`, `einsum`) are never recomputed. It minimizes the saved bytes, not the peak: a baseline.
 """
 from __future__ import annotations
 
 from ..ir.core import Value
+from ..ops.registry import has_trait
 from .dag import Problem, recomputable
 from .saved import forward_values
-
-HEAVY = frozenset({"matmul", "einsum"})
-
 
 def mincut_saved(prob: Problem) -> set[Value]:
     import networkx as nx
@@ -32,7 +30,7 @@ def mincut_saved(prob: Problem) -> set[Value]:
         g.add_edge(("in", v.uid), ("out", v.uid), capacity=prob.nbytes[v])
         operands = [u for u in op.operands if u in prob.born]
         if any(prob.born[u] < 0 for u in operands) or not operands \
-                or not recomputable(op) or op.name in HEAVY:
+                or not recomputable(op) or has_trait(op, "heavy"):
             g.add_edge(src, ("in", v.uid))
         for u in operands:
             if prob.born[u] >= 0 and prob.born[u] < B:

@@ -99,18 +99,15 @@ def _stack_residuals(op: Op, rbody: Block) -> list[Value]:
     return new_results
 
 
-# Ops that cost no arithmetic (a constant, or a view of a value the reverse loop can see):
-# rebuilding them in the reverse loop is cheaper than stacking their values.
-_CHEAP = {"index", "reshape", "expand_dims", "squeeze", "transpose", "broadcast_to"}
-
-
 def _rebuildable(v: Value, defined: set[Value], index: Value) -> bool:
     d = v.defining_op
     if d is None or d.regions or len(d.results) != 1:
         return False
     if not d.operands:
-        return registry.get(d.name).has("constructor")
-    return d.name in _CHEAP and all(
+        return registry.has_trait(d, "constructor")
+    # a view of values the reverse loop can see costs no arithmetic: rebuilding it there
+    # is cheaper than stacking its values
+    return registry.has_trait(d, "view") and all(
         u is index or u not in defined or _rebuildable(u, defined, index) for u in d.operands)
 
 
