@@ -10,8 +10,18 @@ def _axis(x, axis):
 
 
 def _reduction(name: str):
-    """``xp.<name>`` over `axis`; with `out`, written into it (the in-place form)."""
+    """``xp.<name>`` over `axis`; with `out`, written into it (the in-place form).
+
+    CuPy 14's ``max``/``min`` hand `out` to its CUB reduction in the place of `dtype`
+    (``cub_reduction(x, op, axis, out, dtype, keepdims)`` against the signature
+    ``(arr, op, axis, dtype, out, keepdims)``), which fails or misreads `out` when CUB is
+    on: there the result is computed apart and copied into `out`."""
+    swapped = name in ("max", "min")
+
     def run(xp, x, axis=None, keepdims=False, out=None):
+        if out is not None and swapped and xp.__name__ != "numpy":
+            xp.copyto(out, getattr(xp, name)(x, axis=_axis(x, axis), keepdims=keepdims))
+            return out
         return getattr(xp, name)(x, axis=_axis(x, axis), keepdims=keepdims, out=out)
     return run
 
