@@ -176,8 +176,11 @@ write_atomic(sys.argv[1], write)
 def test_termination_signal_leaves_no_temporary_file(tmp_path, sig):
     target = tmp_path / "big.bin"
     target.write_text("old")
+    # the signal's default action in the child, whatever this run inherited (under nohup
+    # SIGHUP is ignored, and an ignored signal stays ignored)
     proc = subprocess.Popen([sys.executable, "-c", SLOW_WRITER, str(target)],
-                            stdout=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(sig, signal.SIG_DFL))
     try:
         assert proc.stdout.readline().strip() == "writing"
         proc.send_signal(sig)
