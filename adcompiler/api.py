@@ -122,12 +122,15 @@ def _array_module(device: str):
     raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
 
 
-def runner(module: Module, name: str, device: str = "cpu", donate: bool = False):
+def runner(module: Module, name: str, device: str = "cpu", donate: bool = False,
+           fuse: bool = False):
     """An `adc_runtime.executor.Runner` of function `name`: on the CPU through the compiled
     executor (`adc_runtime.compiled`, bit-identical to the interpreter); on ``"cuda"`` the
     module is fused and its groups run as generated kernels, as ``adc run --device cuda``
     does. With `donate`, results that replace inputs are written into the input arrays
-    (see `Runner`)."""
+    (see `Runner`). With `fuse`, runs of elementwise ops on the CPU are compiled into one
+    loop each where numba is installed (`adc_runtime.fused_runs`): worth its compile time
+    for a function called many times, such as a training step."""
     xp = _array_module(device)
     if device == "cuda":
         from adc_runtime.cuda import runner as cuda_runner
@@ -137,7 +140,8 @@ def runner(module: Module, name: str, device: str = "cpu", donate: bool = False)
     else:
         from adc_runtime.compiled import CompiledExecutor
         from adc_runtime.executor import Runner
-        r = Runner(module, name, xp, lambda dims: CompiledExecutor(module, xp, dims))
+        r = Runner(module, name, xp,
+                   lambda dims: CompiledExecutor(module, xp, dims, fuse=fuse))
     r.donate = donate
     from .labels import label_check
     check = label_check(module[name])

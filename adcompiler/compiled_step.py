@@ -129,7 +129,8 @@ class CompiledStep:
         for name in self.batch_names:
             named[name] = self._split(name, batch[name])
         if self._runner is None:
-            self._runner = runner(self.module, self.fn_name, self.device, donate=True)
+            self._runner = runner(self.module, self.fn_name, self.device, donate=True,
+                                  fuse=True)
         if self.comm is None:
             outs, self.stats = self._runner(named, self.dims)
         else:

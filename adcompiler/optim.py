@@ -153,6 +153,21 @@ class Optimizer:
             return ("momentum_buffer",) if self.momentum else ()
         return ("exp_avg", "exp_avg_sq")
 
+    def prepare(self, s: "Scalars", dtypes) -> None:
+        """Emit the scalars that the updates of parameters of `dtypes` share, ahead of every
+        update: each parameter's update is then one run of consecutive elementwise ops,
+        which a runtime may compile into one loop (`adc_runtime.fused_runs`)."""
+        for dt in dtypes:
+            if self.kind == "sgd":
+                s.cast(s.lr64, dt)
+                if self.momentum and self.dampening != 0:
+                    s.first  # noqa: B018  (emitted once, cached)
+                continue
+            if self.kind == "adamw" and self.weight_decay:
+                s.cast(self._decay(s), dt)
+            s.cast(self._bc2_sqrt(s), dt)
+            s.cast(self._step_size(s), dt)
+
     def update(self, s: "Scalars", p, g, state: dict) -> tuple:
         """Emit the update of parameter `p` with gradient `g`; returns (new p, new state)."""
         dt = p.type.dtype
@@ -160,25 +175,37 @@ class Optimizer:
         if self.kind == "sgd":
             return self._sgd(s, p, g, state, c)
         if self.kind == "adamw" and self.weight_decay:
-            decay = s.scalar(("decay", self.weight_decay), lambda: b.emit(
-                "sub", s.const(1.0, "f64"),
-                b.emit("mul", s.lr64, s.const(self.weight_decay, "f64"))))
-            p = b.emit("mul", p, s.cast(decay, dt))
+            p = b.emit("mul", p, s.cast(self._decay(s), dt))
         elif self.weight_decay:
             g = b.emit("add", g, b.emit("mul", p, c(self.weight_decay)))
         b1, b2 = self.betas
         m, v = state["exp_avg"], state["exp_avg_sq"]
         m = b.emit("add", m, b.emit("mul", b.emit("sub", g, m), c(1 - b1)))   # m.lerp_(g, 1-b1)
         v = b.emit("add", b.emit("mul", v, c(b2)), b.emit("mul", b.emit("mul", g, c(1 - b2)), g))
-        one = s.const(1.0, "f64")
-        step_size = s.scalar(("step_size", b1), lambda: b.emit(
-            "div", s.lr64, b.emit("sub", one, b.emit("pow", s.const(b1, "f64"), s.t64))))
-        bc2_sqrt = s.scalar(("bc2_sqrt", b2), lambda: b.emit(
-            "sqrt", b.emit("sub", one, b.emit("pow", s.const(b2, "f64"), s.t64))))
-        denom = b.emit("add", b.emit("div", b.emit("sqrt", v), s.cast(bc2_sqrt, dt)),
+        denom = b.emit("add", b.emit("div", b.emit("sqrt", v), s.cast(self._bc2_sqrt(s), dt)),
                        c(self.eps))
-        p = b.emit("sub", p, b.emit("mul", b.emit("div", m, denom), s.cast(step_size, dt)))
+        p = b.emit("sub", p, b.emit("mul", b.emit("div", m, denom),
+                                    s.cast(self._step_size(s), dt)))
         return p, {"exp_avg": m, "exp_avg_sq": v}
+
+    def _decay(self, s: "Scalars"):
+        """AdamW's ``1 - lr * weight_decay`` (f64)."""
+        b = s.b
+        return s.scalar(("decay", self.weight_decay), lambda: b.emit(
+            "sub", s.const(1.0, "f64"), b.emit("mul", s.lr64, s.const(self.weight_decay, "f64"))))
+
+    def _step_size(self, s: "Scalars"):
+        """Adam's ``lr / (1 - beta1**t)`` (f64)."""
+        b, b1 = s.b, self.betas[0]
+        return s.scalar(("step_size", b1), lambda: b.emit(
+            "div", s.lr64, b.emit("sub", s.const(1.0, "f64"),
+                                  b.emit("pow", s.const(b1, "f64"), s.t64))))
+
+    def _bc2_sqrt(self, s: "Scalars"):
+        """Adam's ``sqrt(1 - beta2**t)`` (f64)."""
+        b, b2 = s.b, self.betas[1]
+        return s.scalar(("bc2_sqrt", b2), lambda: b.emit(
+            "sqrt", b.emit("sub", s.const(1.0, "f64"), b.emit("pow", s.const(b2, "f64"), s.t64))))
 
     def _sgd(self, s: "Scalars", p, g, state: dict, c) -> tuple:
         b, dt = s.b, p.type.dtype

@@ -43,7 +43,7 @@ import itertools
 
 import numpy
 
-from . import specialize
+from . import fused_runs, specialize
 from .buffers import returns_new, value_nbytes
 from .executor import ANNOTATION_ATTRS, RunError, SHAPE_ATTRS, Executor, check_slices
 from .kernels import BUILTIN, DTYPES, KERNELS, OUT_KERNELS
@@ -108,10 +108,13 @@ class _Program:
 class CompiledExecutor(Executor):
     """An `Executor` on NumPy that runs each function as generated code (module doc)."""
 
-    def __init__(self, module, xp=numpy, dims=None, plan_buffers: bool = True):
+    def __init__(self, module, xp=numpy, dims=None, plan_buffers: bool = True,
+                 fuse: bool = False):
         if xp is not numpy:
             raise ValueError("the compiled executor runs on NumPy")
         super().__init__(module, xp, dims, plan_buffers)
+        # runs of elementwise ops as one compiled loop each (`adc_runtime.fused_runs`)
+        self.fuse = fuse and fused_runs.enabled()
         self._programs: dict[int, object] = {}  # id(function) -> its compiled program
 
     def call(self, fn, arrays: list, borrowed: frozenset = frozenset()) -> list:
@@ -151,6 +154,8 @@ class CompiledExecutor(Executor):
         peak = live
         live -= sum(size(v) for v in dead.get(-1, ()))
         body = [f"n0 = {ex}.live"]
+        runs = self._fused_runs(fn) if self.fuse else {}
+        deferred: list = []  # values that die inside a fused run: deleted after it
         for k, op in enumerate(fn.body.ops):
             if op.name == "return":
                 live -= sum(size(v) for v in dead.get(k, ()) if v not in op.operands)
@@ -165,16 +170,23 @@ class CompiledExecutor(Executor):
             else:
                 if self._direct(op) is None:  # run by the interpreter, which counts on
                     body.append(f"{ex}.live = n0 + {live}")
+                run = runs.get(k)
                 if op.name == "call" and borrows_args(self.module.functions[op.attrs["callee"]]):
                     keep = borrowed_positions(op, set(dead.get(k, ())))
                     body += self._via_interpreter(p, op, [], [p.var(r) for r in op.results],
                                                   keep)
+                elif run is not None:
+                    if k == run.last:
+                        body += self._run_lines(p, run)
                 else:
                     body += self._op_lines(p, op)
-                gone = [p.var(v) for v in dead.get(k, ())
+                gone = [v for v in dead.get(k, ())
                         if v in p.names and v not in self._consts and p.var(v) not in keep]
+                if run is not None:  # after the run, and not its values made inside it
+                    deferred += [v for v in gone if v not in run.inner]
+                    gone, deferred = (deferred, []) if k == run.last else ([], deferred)
                 if gone:
-                    body.append(f"del {', '.join(gone)}")
+                    body.append(f"del {', '.join(p.var(v) for v in gone)}")
             live += sum(size(r) for r in op.results)
             peak = max(peak, live)
             live -= sum(size(v) for v in dead.get(k, ()))
@@ -185,6 +197,66 @@ class CompiledExecutor(Executor):
         program = p.ns["program"]
         program.source = source
         return program
+
+    def _fused_runs(self, fn) -> dict:
+        """The runs of `fn`'s body compiled as one loop each (`fused_runs.plan`)."""
+        args = set(fn.args)
+
+        def memory(v):
+            if v in args or v in self._donated:
+                return "caller", None
+            if v in self._consts:
+                return "const", self._consts[v]
+            if v in self._views:
+                return "arena", self._views[v]
+            op = v.defining_op
+            return ("fresh" if op is not None and returns_new(op) else "unknown"), None
+
+        return fused_runs.plan(
+            fn.body, self._resolve,
+            skip=lambda op: bool(op.results) and all(r in self._consts for r in op.results),
+            exclude=lambda op: op.name not in BUILTIN or op in self._label_subs,
+            memory=memory)
+
+    def _run_lines(self, p: _Program, run) -> list[str]:
+        """A fused run: its loop over flat views, then its outputs named; with outputs
+        written into the caller's arrays, only when those are contiguous (else the ops one
+        by one)."""
+        size = 1
+        for d in run.shape:
+            size *= d
+        full = [p.var(v) for v in run.full]
+        args = [str(size)] + [f"{a}.reshape(-1)" for a in full]
+        args += [f"{p.var(v)}[()]" for v in run.scalars]
+        pre, post, guard, into = [], [], [], {}
+        for j, r in enumerate(run.outputs):
+            if r in self._donated:
+                a = self._donated[r]
+                guard.append(f"{a}.flags.c_contiguous")
+                post.append(f"{p.var(r)} = {a}")
+                if a in full:  # written over the operand it replaces
+                    into[j] = full.index(a)
+                else:
+                    args.append(f"{a}.reshape(-1)")
+            elif r in self._views:
+                view = self._views[r]
+                args.append(p.bind("f", view.reshape(-1)))
+                post.append(f"{p.var(r)} = {p.bind('b', view)}")
+            else:
+                new = p.bind("z", functools.partial(numpy.empty, tuple(run.shape),
+                                                    numpy.dtype(DTYPES[r.type.dtype])))
+                pre.append(f"{p.var(r)} = {new}()")
+                args.append(f"{p.var(r)}.reshape(-1)")
+        k = p.bind("k", fused_runs.compiled(fused_runs.kernel_source(
+            run.ops, run.full, run.scalars, run.outputs, into)))
+        fused = pre + [f"{k}({', '.join(args)})"] + post
+        if not guard:
+            return fused
+        one_by_one = [line for op in run.ops for line in self._op_lines(p, op)]
+        if run.inner:
+            one_by_one.append(f"del {', '.join(p.var(v) for v in run.inner)}")
+        return ([f"if {' and '.join(guard)}:"] + ["    " + line for line in fused]
+                + ["else:"] + ["    " + line for line in one_by_one])
 
     def _fold(self, block) -> dict:
         """The values of `block` computed at code generation (see the module doc)."""

@@ -147,13 +147,21 @@ def build_step(fn: Function, adjoint: Function, wrt: list[str], opt, clip: float
     from ..optim import Scalars
     s = Scalars(b, arg[step_name], opt.lr)
     s.lr64.name = "lr"
+    coef = None
     if clip is not None:
         coef = b.emit("div", s.const(clip, wide), b.emit("add", total, s.const(CLIP_EPS, wide)))
         coef = b.emit("minimum", coef, s.const(1.0, wide))
         coef.name = "clip_coef"
-        grads = [b.emit("mul", g, s.cast(coef, g.type.dtype)) for g in grads]
+    # the scalars first, so that each parameter's clipping and update are consecutive ops
+    dtypes = list(dict.fromkeys(g.type.dtype for g in grads))
+    if coef is not None:
+        for dt in dtypes:
+            s.cast(coef, dt)
+    opt.prepare(s, dtypes)
     new_params, new_slots = [], {}
     for p, g in zip(wrt, grads):
+        if coef is not None:
+            g = b.emit("mul", g, s.cast(coef, g.type.dtype))
         state = {sl: arg[n] for sl, q, n in slots if q.name == p}
         new_p, new_state = opt.update(s, arg[p], g, state)
         new_params.append(new_p)
