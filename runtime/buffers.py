@@ -7,7 +7,8 @@ A value is planned when its op writes it into a caller-given array (the backend'
 loop's stacked outputs, and on CUDA the ``fused`` kernels) and neither it nor any value
 that may share its memory leaves the block: a function's results, and a loop body's
 carried values (the next iteration reads them). A loop body's stacked outputs may be
-planned: the loop copies them into its stacks before the next iteration. A carried value
+planned: the loop copies them into its stacks before the next iteration, or has the op write
+straight into its stack's slot (`stacked_in_place`). A carried value
 that the body writes in place gets two buffers instead, written by even and odd
 iterations in turn (one holds the argument, the other takes the new value), unless some
 carry may be a view of a carried argument; the loop copies its final carries out.
@@ -185,32 +186,18 @@ def alias_sources(op, in_place: Callable) -> dict:
     return result
 
 
-def plan_block(block, dims: Mapping[str, int], in_place: Callable,
-               n_leaving: int | None = None) -> BufferPlan:
-    """The plan of `block` and of the loop bodies nested in it (see the module doc).
-
-    `in_place(op)` lists the results `op` can write into given arrays; the first
-    `n_leaving` operands of the terminator (all when None) must outlive the block."""
-    ops = block.ops
-    index = {v: k for k, op in enumerate(ops) for v in op.results}
-    # derived[v]: values defined in this block that may share v's memory directly
-    derived: dict = {}
-    planned = {op: in_place(op) for op in ops}
-    for op in ops:
+def _sharing(block, in_place: Callable) -> Callable:
+    """``closure(v)``: `v` and the values of `block` that may share its memory, through any
+    chain of ops that may return views (`alias_sources`)."""
+    index = {v for op in block.ops for v in op.results}
+    derived: dict = {}  # v -> values defined in the block that may share v's memory directly
+    for op in block.ops:
         if op.name in ("return", "yield"):
             continue
         for r, srcs in alias_sources(op, in_place).items():
             for v in srcs:
                 if v in index:
                     derived.setdefault(v, set()).add(r)
-    last = {}
-    for k, vs in last_uses(block).items():
-        for v in vs:
-            last[v] = k
-    term = ops[-1] if ops and ops[-1].name in ("return", "yield") else None
-    leaving = set(term.operands[:n_leaving]) if term is not None else set()
-    carried = _double_buffered(block, n_leaving, planned, in_place) \
-        if n_leaving is not None else []
 
     def closure(v) -> set:
         seen, todo = {v}, [v]
@@ -220,6 +207,27 @@ def plan_block(block, dims: Mapping[str, int], in_place: Callable,
                     seen.add(w)
                     todo.append(w)
         return seen
+    return closure
+
+
+def plan_block(block, dims: Mapping[str, int], in_place: Callable,
+               n_leaving: int | None = None) -> BufferPlan:
+    """The plan of `block` and of the loop bodies nested in it (see the module doc).
+
+    `in_place(op)` lists the results `op` can write into given arrays; the first
+    `n_leaving` operands of the terminator (all when None) must outlive the block."""
+    ops = block.ops
+    index = {v: k for k, op in enumerate(ops) for v in op.results}
+    planned = {op: in_place(op) for op in ops}
+    closure = _sharing(block, in_place)
+    last = {}
+    for k, vs in last_uses(block).items():
+        for v in vs:
+            last[v] = k
+    term = ops[-1] if ops and ops[-1].name in ("return", "yield") else None
+    leaving = set(term.operands[:n_leaving]) if term is not None else set()
+    carried = _double_buffered(block, n_leaving, planned, in_place) \
+        if n_leaving is not None else []
 
     items, nested = [], {}
     for k, op in enumerate(ops):
@@ -269,6 +277,28 @@ def _double_buffered(body, n_carry: int, planned: dict, in_place: Callable) -> l
         return []
     written = {v for op in body.ops for v in planned[op] if op.name != "for"}
     return [v for v in outs if v in written and outs.count(v) == 1]
+
+
+def stacked_in_place(body, n_carry: int, in_place: Callable) -> tuple[list, list]:
+    """What a loop can write straight into its stacks instead of copying it there after
+    each iteration: (1) the positions ``k`` of the stacked outputs that an op of `body`
+    writes in place, yielded once, with no carried value that may share their memory (a
+    carry must not become a view of a stack, which the parent plans as new memory); (2)
+    ``(k, c)`` pairs where stacked output ``k`` is the carried argument of carry ``c``, and
+    carry ``c`` is written in place and yielded once: that carry's next value can be
+    written into the stack's next slot, which is then already filled when the next
+    iteration hands its argument on. Positions count from the first stacked output."""
+    outs = body.ops[-1].operands
+    carries, stacked = outs[:n_carry], outs[n_carry:]
+    written = {v for op in body.ops if op.name != "for" for v in in_place(op)}
+    closure = _sharing(body, in_place)
+    direct = [k for k, v in enumerate(stacked)
+              if v in written and outs.count(v) == 1 and not closure(v) & set(carries)]
+    args = body.args[1:1 + n_carry]
+    ahead = [(k, args.index(v)) for k, v in enumerate(stacked)
+             if v in args and stacked.count(v) == 1
+             and carries[args.index(v)] in written and outs.count(carries[args.index(v)]) == 1]
+    return direct, ahead
 
 
 def donations(fn, in_place: Callable, elementwise: Callable) -> list:

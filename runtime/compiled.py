@@ -381,7 +381,8 @@ class CompiledExecutor(Executor):
             return [f"{outs[0]} = fix({k}({args[0]}), {dt})"]
         if name == "sum_to" and floats:
             k = p.bind("k", specialize.sum_to(self._resolve(op.operands[0].type.shape),
-                                              self._resolve(op.attrs["shape"])))
+                                              self._resolve(op.attrs["shape"]),
+                                              DTYPES[op.operands[0].type.dtype]))
             return [f"{outs[0]} = fix({k}({args[0]}), {dt})"]
         if name == "one_hot":
             k = p.bind("k", specialize.one_hot(self._resolve(op.attrs["n"]),

@@ -18,7 +18,7 @@ import numpy
 from .dims import eval_dim, symbolic_slice
 from .inputs import convert_input, dim_conflict, shape_error
 from .errors import RunError, UnboundDimError  # noqa: F401  (raised here, imported from here)
-from .buffers import donations, plan_block, value_nbytes
+from .buffers import donations, plan_block, stacked_in_place, value_nbytes
 from .kernels import BUILTIN, DTYPES, ELEMENTWISE_OUT, KERNELS, OUT_KERNELS, OUT_RULES
 from .liveness import borrowed_positions, borrows_args, frames_needed, last_uses
 
@@ -111,6 +111,8 @@ class Executor:
         self._arenas: dict[int, Any] = {}    # id(function) -> its arena
         self._views: dict[Any, Any] = {}     # planned value -> its array in an arena
         self._pairs: dict[Any, list] = {}    # carried value -> its two alternating arrays
+        self._stacked: dict[Any, tuple] = {}  # loop op -> `_stacked_in_place(op)`
+        self._arena_views: dict[Any, Any] = {}  # a value written into stacks -> its own view
         self._prepared: dict[Any, tuple] = {}  # op -> what `run_op` needs (`_prepare`)
         self._donations: dict[int, list] = {}  # id(function) -> `buffers.donations`
         self._frames: int | None = None       # Python frames the deepest chain of calls needs
@@ -351,15 +353,28 @@ class Executor:
         self.peak = max(self.peak, self.live)
         order = range(n - 1, -1, -1) if op.attrs.get("reverse") else range(n)
         counter = self.loop_counter(n)
-        pairs = [(v, self._pairs[v]) for v in body.ops[-1].operands[:nc] if v in self._pairs]
+        outs = body.ops[-1].operands
+        pairs = [(v, self._pairs[v]) for v in outs[:nc] if v in self._pairs]
+        direct, ahead = self._stacked_in_place(op, ys)
+        slots = [None] * ny  # the slot of each stack that this iteration's value is in
         for t, i in enumerate(order):
             for v, bufs in pairs:  # this iteration writes the buffer its argument is not in
                 self._views[v] = bufs[t % 2]
+            for k in direct:   # written into its stack's slot (`buffers.stacked_in_place`)
+                self._views[outs[nc + k]] = slots[k] = ys[k][i, ...]
+            if t + 1 < n:      # the carry written into the slot its stack keeps it in
+                for k, c in ahead:
+                    self._views[outs[c]] = ys[k][order[t + 1], ...]
             slices = [x[i] for x in xs]
             out = self.run_block(body, env, [counter(i)] + carry + slices)
             carry = [self._fix(c, v) for c, v in zip(out[:nc], op.results[:nc])]
-            for buf, y in zip(ys, out[nc:nc + ny]):
-                buf[i] = y
+            for k, (buf, y) in enumerate(zip(ys, out[nc:nc + ny])):
+                if y is not slots[k]:
+                    buf[i] = y
+            for k, c in ahead:  # the next iteration's argument, already in its slot
+                slots[k] = self._views[outs[c]] if t + 1 < n else None
+        for k in direct:
+            self._views[outs[nc + k]] = self._arena_views[outs[nc + k]]
         if n <= 0:
             # the buffer plan takes a carried result to be memory the body made (or a view
             # of what it reads), never the initial value itself: a loop that ran no
@@ -371,6 +386,23 @@ class Executor:
             carry = [c.copy() if id(c) in held else c for c in carry]
         self.live -= ys_bytes  # counted again as the loop's results
         return carry + ys
+
+    def _stacked_in_place(self, op, ys) -> tuple[list, list]:
+        """`buffers.stacked_in_place` of `op`'s body, kept to the values with a planned
+        buffer (the carries: two) whose stack slots have their type."""
+        found = self._stacked.get(op)
+        if found is None:
+            nc, body = op.attrs["n_carry"], op.regions[0]
+            outs = body.ops[-1].operands
+            direct, ahead = stacked_in_place(body, nc, self.in_place_results)
+            fits = lambda k, v: (v in self._views and ys[k].dtype == self._views[v].dtype  # noqa: E731
+                                 and ys[k].shape[1:] == self._views[v].shape)
+            direct = [k for k in direct if fits(k, outs[nc + k])]
+            ahead = [(k, c) for k, c in ahead if outs[c] in self._pairs and fits(k, outs[c])]
+            for k in direct:
+                self._arena_views[outs[nc + k]] = self._views[outs[nc + k]]
+            found = self._stacked[op] = (direct, ahead)
+        return found
 
     def run_repeat(self, op, env, args) -> list:
         """A ``repeat``: ``a*i + b`` iterations, ``i`` the enclosing loop's index (its first

@@ -4,7 +4,8 @@ Each computes the same NumPy operations in the same order as the table kernel it
 (`adc_runtime.kernels`), so results are bit-identical; what changes is the Python work
 around them, done once at code generation instead of on every call:
 
-* ``sum_to``: the summed axes are worked out from the shapes once;
+* ``sum_to``: the summed axes (and blocks, `kernels.reduce.sum_to_plan`) are worked
+  out from the shapes once;
 * ``cross_entropy`` on integer class labels along the last axis, when the function also
   takes ``softmax`` of the same logits (the adjoint of cross-entropy does): one pass
   computes the shifted logits, their exponentials and sums once and gives both results
@@ -29,17 +30,13 @@ from __future__ import annotations
 
 import numpy
 
+from .kernels.reduce import sum_to_plan
 
-def sum_to(in_shape: tuple, shape: tuple):
-    """``sum_to(x, shape)`` for inputs of `in_shape`: the same sum, axes fixed."""
-    shape = tuple(shape)
-    lead = len(in_shape) - len(shape)
-    axes = tuple(range(lead)) + tuple(
-        lead + k for k, d in enumerate(shape) if d == 1 and in_shape[lead + k] != 1)
-    if not axes:
-        return lambda x: x.copy().reshape(shape)
-    add = numpy.add.reduce  # what numpy.sum calls
-    return lambda x: add(x, axis=axes, keepdims=True).reshape(shape)
+
+def sum_to(in_shape: tuple, shape: tuple, dtype=numpy.float32):
+    """``sum_to(x, shape)`` for inputs of `in_shape` and `dtype`: the table kernel's sum
+    (`sum_to_plan`), its axes and blocks fixed."""
+    return sum_to_plan(numpy, in_shape, shape, numpy.dtype(dtype))
 
 
 def mean(in_shape: tuple, axis, keepdims: bool):

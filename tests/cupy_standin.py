@@ -316,11 +316,20 @@ def numpy_compute(fused_by_name: dict, calls: list):
             env.maps[0].update(zip(inner.results, ex.run_op(inner, env)))
         red = body.ops[-2]
         x = np.broadcast_to(env[red.operands[0]], np.broadcast_shapes(*(a.shape for a in ins)))
-        reduce = {"sum": np.sum, "sum_to": np.sum, "mean": np.mean, "max": np.max,
+        reduce = {"sum": np.sum, "sum_to": _sum_to, "mean": np.mean, "max": np.max,
                   "min": np.min}[red.name]
         out[...] = np.asarray(reduce(x, axis=axis, keepdims=keepdims), dtype=out.dtype)
 
     return elementwise, reduction
+
+
+def _sum_to(x, axis, keepdims):
+    """A ``sum_to`` reduction over `axis`, added in the NumPy table kernel's order."""
+    from adc_runtime.kernels import KERNELS
+    axes = {a % x.ndim for a in ((axis,) if isinstance(axis, int) else axis)}
+    kept = tuple(1 if k in axes else d for k, d in enumerate(x.shape))
+    r = KERNELS["sum_to"](np, x, shape=kept)
+    return r if keepdims else r.reshape([d for k, d in enumerate(x.shape) if k not in axes])
 
 
 def fake_cupy(fused_by_name: dict, calls: list, compute=None):

@@ -19,7 +19,8 @@ from test_property_programs import programs
 from adcompiler.cli.compile import build_pipeline, compile_program
 from adcompiler.frontend import compile_source
 from adcompiler.passes.pipeline import run_pipeline
-from adc_runtime.buffers import ALIGN, alias_sources, plan_block, value_nbytes
+from adc_runtime.buffers import (ALIGN, alias_sources, plan_block, stacked_in_place,
+                                 value_nbytes)
 from adc_runtime.executor import Executor, bind_dims, run_function
 from adc_runtime.kernels import DTYPES
 
@@ -330,6 +331,79 @@ def test_a_carry_handed_on_as_another_carry_keeps_its_own_buffer(src):
     assert same(got[0], want[0])
     plan = plan_block(m["f"].body, ex.dims, ex.in_place_results)
     assert bool(plan.pairs) == ("sin(g)" in src)   # h = g hands g's argument on: no pairs
+
+
+# ---- stacked outputs written straight into their stacks ---------------------------------
+
+RESIDUAL = """\
+def f(x: f32[N, 8], h0: f32[8], param w: f32[8, 8]) -> f32 {
+    h = h0
+    for i in range(N) {
+        h = h + tanh(h @ w + x[i])
+    }
+    return sum(h * h)
+}
+"""
+# the carry is a view of tanh's result, which the adjoint keeps: that one is copied
+VIEWED = RESIDUAL.replace("h = h + tanh(h @ w + x[i])",
+                          "h = reshape(tanh(reshape(h @ w + x[i], [2, 4])), [8])")
+
+
+class Recording(Checking, Executor):
+    """Keeps the arrays of the planned writes."""
+
+    def run_op(self, op, env):
+        if op.results and op.results[0] in self._views:
+            self.targets.append(self._views[op.results[0]])
+        return super().run_op(op, env)
+
+
+@pytest.mark.parametrize("src", [RESIDUAL, VIEWED], ids=["residual", "viewed"])
+@pytest.mark.parametrize("n", [0, 1, 2, 5])
+def test_loops_write_stacked_values_straight_into_their_stacks(src, n):
+    m = run_pipeline(compile_source(src, "<t>"), build_pipeline("reverse", "f", ["w"], None))
+    rng = np.random.default_rng(n)
+    inputs = {"x": rng.standard_normal((n, 8)), "h0": rng.standard_normal(8),
+              "w": 0.3 * rng.standard_normal((8, 8))}
+    fn = m["f_grad"]
+    arrays = [np.asarray(inputs[a.name], dtype=DTYPES[a.type.dtype]) for a in fn.args]
+    ex = Recording(m, np, bind_dims(fn, arrays))
+    ex.targets = []
+    want, _ = run_function(m, "f_grad", inputs, plan_buffers=False)
+    for _ in range(2):   # the second call: the body's own buffers after the first
+        got = ex.call(fn, arrays)
+        assert all(same(a, b) for a, b in zip(got, want))
+    loop = next(op for op in fn.body.ops if op.name == "for" and not op.attrs.get("reverse"))
+    body = loop.regions[0]
+    direct, ahead = stacked_in_place(body, 1, ex.in_place_results)
+    tanh = next(op.result for op in body.ops if op.name == "tanh")
+    stacked = body.ops[-1].operands[1:]
+    if src == RESIDUAL:
+        # tanh's result and the carried argument h (the next h written into its slot)
+        assert [stacked[k] for k in direct] == [tanh]
+        assert [(stacked[k], c) for k, c in ahead] == [(body.args[1], 0)]
+    else:
+        assert tanh in stacked and stacked.index(tanh) not in direct
+    stacks = [ex._views[r] for r in loop.results[1:]]
+    into_stacks = [t for t in ex.targets if any(np.may_share_memory(t, s) for s in stacks)]
+    assert bool(into_stacks) == (n > 0 and src == RESIDUAL)
+
+
+def test_a_stacked_value_also_carried_is_copied():
+    """A value yielded both as the carry and stacked stays in the carry's buffers."""
+    m = run_pipeline(compile_source(RESIDUAL.replace("h = h + tanh(", "h = tanh("), "<t>"),
+                     build_pipeline("reverse", "f", ["w"], None))
+    loop = next(op for op in m["f_grad"].body.ops if op.name == "for")
+    body = loop.regions[0]
+    direct, ahead = stacked_in_place(body, 1, Executor(None, np).in_place_results)
+    outs = body.ops[-1].operands
+    assert outs[0] in outs[1:] and direct == [] and ahead == []
+    rng = np.random.default_rng(1)
+    inputs = {"x": rng.standard_normal((4, 8)), "h0": rng.standard_normal(8),
+              "w": 0.3 * rng.standard_normal((8, 8))}
+    got, _ = run_checked(m, "f_grad", inputs)
+    want, _ = run_function(m, "f_grad", inputs, plan_buffers=False)
+    assert all(same(a, b) for a, b in zip(got, want))
 
 
 def test_an_empty_max_is_the_same_run_error_on_both_backends():

@@ -88,14 +88,82 @@ def test_specialized_mean_leaves_an_empty_mean_to_the_table_kernel():
     assert specialize.mean((2, 0), None, False) is None
 
 
-@pytest.mark.parametrize("in_shape, shape", [((4, 3), (3,)), ((4, 3), (1, 3)), ((4, 3), (4, 1)),
-                                             ((1, 3), (3,)), ((2, 1, 3), (1, 3)), ((0, 3), (3,)),
-                                             ((), ()), ((3,), (3,))], ids=str)
-def test_specialized_sum_to_matches_the_table_kernel(in_shape, shape):
-    x = data(in_shape, np.float32)
-    got = specialize.sum_to(in_shape, shape)(x)
+SUM_TO = [((4, 3), (3,)), ((4, 3), (1, 3)), ((4, 3), (4, 1)), ((1, 3), (3,)),
+          ((2, 1, 3), (1, 3)), ((0, 3), (3,)), ((), ()), ((3,), (3,)), ((16, 0), (0,)),
+          # blocked: rows of m*C elements first (m = 4, 8, 32)
+          ((16, 5), (5,)), ((64, 3), (1, 3)), ((8, 8, 2), (2,)), ((1024, 64), (64,)),
+          ((4, 16, 3), (1, 1, 3)), ((48, 1), (1,)), ((96, 7), (7,)), ((1, 64, 8), (8,)),
+          ((1, 64, 8), (1, 1, 8)), ((64, 1, 8), (1, 8)), ((32, 4, 1), (1, 4, 1))]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("in_shape, shape", SUM_TO, ids=str)
+def test_specialized_sum_to_matches_the_table_kernel(in_shape, shape, dtype):
+    x = data(in_shape, dtype)
+    got = specialize.sum_to(in_shape, shape, dtype)(x)
     same_bits(KERNELS["sum_to"](np, x, shape=shape), got)
     assert not np.shares_memory(got, x)
+    if x.ndim >= 2:  # a strided view of the same values adds in the same order
+        strided = np.empty(in_shape[:-1] + (2 * in_shape[-1],), dtype)[..., ::2]
+        strided[...] = x
+        same_bits(got, KERNELS["sum_to"](np, strided, shape=shape))
+
+
+def _sum_rows_in_order(x, rows, cols):
+    """A Python loop adding rows as `sum_to_plan` documents, for a reference."""
+    from adc_runtime.kernels.reduce import BLOCK_ELEMENTS
+    flat = x.reshape(rows, cols)
+    m = 1
+    while rows % (2 * m) == 0 and 2 * m * cols <= BLOCK_ELEMENTS and 4 * m * m <= rows:
+        m *= 2
+    if m < 4:
+        m = 1
+    block = [np.zeros(cols, x.dtype) for _ in range(m)]   # NumPy's sums start at +0.0
+    for a in range(rows // m):
+        for b in range(m):
+            block[b] = block[b] + flat[a * m + b]
+    total = np.zeros(cols, x.dtype)
+    for b in range(m):
+        total = total + block[b]
+    return total
+
+
+def _rows(in_shape, shape):
+    """(rows, cols) of `x` when `sum_to` sums rows (its summed axes come first, but for
+    axes of size 1), or None."""
+    lead = len(in_shape) - len(shape)
+    axes = list(range(lead)) + [lead + k for k, d in enumerate(shape)
+                                if d == 1 and in_shape[lead + k] != 1]
+    if not axes or any(j < axes[-1] for j, d in enumerate(in_shape) if d != 1 and j not in axes):
+        return None
+    return (int(np.prod([in_shape[j] for j in axes])),
+            int(np.prod([d for j, d in enumerate(in_shape) if j not in axes])))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("in_shape, shape", [s for s in SUM_TO if _rows(*s)
+                                             and all(s[0])], ids=str)
+def test_sum_to_adds_in_the_documented_order(in_shape, shape, dtype):
+    x = data(in_shape, dtype)
+    got = KERNELS["sum_to"](np, x, shape=shape)
+    rows, cols = _rows(in_shape, shape)
+    same_bits(_sum_rows_in_order(x, rows, cols).reshape(shape), got)
+    want = x.astype(np.float64).reshape(rows, cols).sum(axis=0).reshape(shape)
+    np.testing.assert_allclose(got, want, rtol=1e-5 if dtype == np.float32 else 1e-12,
+                               atol=1e-4 if dtype == np.float32 else 1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_blocked_sum_to_on_signed_zeros_inf_and_nan(dtype):
+    x = np.full((64, 4), -0.0, dtype)
+    x[5, 1], x[63, 2] = np.inf, np.nan
+    x[:, 3] = 1.0
+    x[7, 3], x[9, 3] = np.inf, -np.inf
+    got = KERNELS["sum_to"](np, x, shape=(4,))
+    # all -0.0 sums to +0.0, as numpy.sum does (its reduction starts from the identity 0)
+    assert got[0] == 0 and np.signbit(got[0]) == np.signbit(np.sum(x[:, 0]))
+    assert got[1] == np.inf and np.isnan(got[2]) and np.isnan(got[3])
+    same_bits(got, specialize.sum_to((64, 4), (4,), dtype)(x))
 
 
 @pytest.mark.parametrize("labels_shape, classes", [((6,), 4), ((), 3), ((1,), 1), ((0,), 5),
