@@ -70,6 +70,17 @@ def transformer(blocks: int, t: int = 16, d: int = 16) -> str:
             f"    h0 = x\n{''.join(body)}    return mse(h{blocks}, target)\n}}\n")
 
 
+def late_reads(dtype: str = "f32") -> str:
+    """Layers around a segment (q, q @ C, r, r * p) whose reverse reads r, then q @ C, then
+    q: a tape option that recomputes a dropped value right before its first use and holds
+    it to its last holds more than it must (benchmarks/remat_warm_start.py)."""
+    w = f"{dtype}[16, 16]"
+    return (f"def f(x: {w}, param W0: {w}, param A: {w}, param B: {w}, param C: {w}, "
+            f"param W1: {w}) -> {dtype} {{\n"
+            "    h = tanh(x @ W0)\n    p = exp(h @ A)\n    q = tanh(p @ B)\n"
+            "    r = sin(q @ C)\n    g = tanh((r * p) @ W1)\n    return sum(g)\n}\n")
+
+
 class Timeout(Exception):
     pass
 
@@ -145,9 +156,10 @@ def _milp_optimum(module, fn, budget, seconds):
     return _apply(module, fn, sol.clones, {})[3], _flops(prob, sol.clones)
 
 
-def _dp_alone(module, fn, budget, whole=False):
+def _dp_alone(module, fn, budget, whole=False, segment_milp=True):
     """The chain DP alone at `budget`: (exact peak, recomputed FLOPs, CPU s) or None;
-    `whole`: on the chain of every cut point, each segment's tape kept whole."""
+    `whole`: on the chain of every cut point, each segment's tape kept whole;
+    `segment_milp`: its segments' options refined by their MILP."""
     from adcompiler.remat.chain import build_chain
     from adcompiler.remat.chain_solve import solve_chain, solve_chains
     from adcompiler.remat.dag import build_problem
@@ -162,18 +174,30 @@ def _dp_alone(module, fn, budget, whole=False):
         ch = build_chain(prob, module, {}, with_options=False, merge=False)
         got = solve_chain(ch, budget, base, exact) if ch is not None else None
     else:
-        got = solve_chains(prob, module, {}, budget, base, exact)[1]
+        got = solve_chains(prob, module, {}, budget, base, exact,
+                           segment_milp=segment_milp)[1]
     if got is None:
         return None
     return got[1], _flops(prob, got[0].clones), time.process_time() - start
 
 
+def _over(flops, opt) -> str:
+    """FLOPs and their ratio to a proven optimum (when there is one)."""
+    if not isinstance(opt, tuple):
+        return f"{flops:,}"
+    return f"{flops:,}, " + (f"{flops / opt[1]:.2f}" if opt[1] else
+                             "1.00" if flops == 0 else "inf")
+
+
 def exact(args) -> None:
     """The chain DP alone against the MILP's proven optimum, on networks small enough."""
+    from adcompiler.remat import segment_milp
     print("\n## The chain DP against the MILP's proven optimum (small unrolled networks)\n")
     print("| model | budget (of store-all) | DP: recomputed FLOPs | MILP optimum: recomputed "
-          "FLOPs | DP / optimum | whole tapes: FLOPs, / optimum | DP CPU s | MILP s |")
-    print("|---|---|---|---|---|---|---|---|")
+          "FLOPs | DP / optimum | DP, enumerated options only: FLOPs, / optimum "
+          "| whole tapes: FLOPs, / optimum | schedule (`budget:`): FLOPs, / optimum, "
+          "guarantee | DP CPU s | MILP s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     models = [("MLP", n, mlp(n, width=16, batch=16)) for n in (4, 8, 16)] + \
              [("transformer", n, transformer(n, t=8, d=8)) for n in (1, 2, 4)]
     for kind, n, text in models:
@@ -182,26 +206,29 @@ def exact(args) -> None:
         floor = remat_stats(module, schedule(module, "min-memory", fn), {})
         lo = floor["peak_bytes_predicted"]
         if lo >= hi:
-            print(f"| {kind} {n} | {hi:,} (100%): min-memory is store-all | | | | | | |")
+            print(f"| {kind} {n} | {hi:,} (100%): min-memory is store-all | | | | | | | | |")
             continue
         for frac in (0.25, 0.5, 0.75):
             b = lo + int((hi - lo) * frac)
+            segment_milp._CACHE.clear()        # its time in this row's DP CPU s
             dp = _dp_alone(module, fn, b)
+            enum = _dp_alone(module, fn, b, segment_milp=False)
             old = _dp_alone(module, fn, b, whole=True)
+            st = remat_stats(module, schedule(module, Policy("budget", budget=b), fn), {})
             start = time.perf_counter()
             opt = _milp_optimum(module, fn, b, args.milp_seconds)
             took = time.perf_counter() - start
             dcell = "no fit" if dp is None else f"{dp[1]:,}"
             ocell = "too large" if opt == "too large" else \
                 f"not proven in {args.milp_seconds:.0f} s" if opt is None else f"{opt[1]:,}"
-            ratio = f"{dp[1] / opt[1]:.2f}" if dp is not None and isinstance(opt, tuple) \
-                and opt[1] else ("1.00" if dp is not None and isinstance(opt, tuple)
-                                 and dp[1] == 0 else "")
-            wcell = "no fit" if old is None else f"{old[1]:,}" + (
-                f", {old[1] / opt[1]:.2f}" if isinstance(opt, tuple) and opt[1] else "")
+            ratio = _over(dp[1], opt).split(", ")[1] if dp is not None and \
+                isinstance(opt, tuple) else ""
+            ecell = "no fit" if enum is None else _over(enum[1], opt)
+            wcell = "no fit" if old is None else _over(old[1], opt)
+            scell = f"{_over(st['recompute_flops'], opt)}, {st['guarantee']}"
             print(f"| {kind} {n} | {b:,} ({b / hi:.0%}) | {dcell} | {ocell} | {ratio} "
-                  f"| {wcell} | {'' if dp is None else f'{dp[2]:.2f}'} | {took:.1f} |",
-                  flush=True)
+                  f"| {ecell} | {wcell} | {scell} "
+                  f"| {'' if dp is None else f'{dp[2]:.2f}'} | {took:.1f} |", flush=True)
 
 
 def networks(args) -> None:

@@ -101,7 +101,8 @@ def test_options_recompute_less_and_never_beat_the_milp_optimum(tmp_path):
 def test_the_milp_after_the_dp_proves_or_says_it_did_not(tmp_path):
     # 2 blocks are small enough for the MILP after the DP (its schedule as the cutoff):
     # stopped at once, the DP's schedule stays, labelled without a proof; given time,
-    # HiGHS finds the optimum and proves it
+    # HiGHS finds the optimum and proves it (its own schedule, or the DP's when nothing is
+    # cheaper)
     from test_remat_baselines import consistent
     m, inputs = compiled(tmp_path, transformer(2))
     ref, none_peak = measure(m, inputs)
@@ -117,5 +118,9 @@ def test_the_milp_after_the_dp_proves_or_says_it_did_not(tmp_path):
     assert quick["straight_line"]["status"] != "optimal" and not quick["optimal"]
     assert quick["guarantee"] in ("gap", "heuristic") and quick["solver"] == "chain-dp"
     if slow["straight_line"]["status"] == "optimal":
-        assert slow["optimal"] and slow["gap"] == 0.0 and slow["solver"] == "highs-milp"
-        assert slow["recompute_flops"] < quick["recompute_flops"]
+        assert slow["optimal"] and slow["gap"] == 0.0
+        assert slow["recompute_flops"] <= quick["recompute_flops"]
+        if slow["solver"] == "highs-milp":
+            assert slow["recompute_flops"] < quick["recompute_flops"]
+        else:
+            assert slow["solver"] == "chain-dp"

@@ -11,8 +11,9 @@ its reverse reads, ``ut``; both, ``ua``), the bytes of ``c_i`` (``a``), of its t
 reverse (``over``: gradients, adjoints, inputs not yet freed, from `Problem.fixed`, and
 no more than the exact store-all profile shows there beside the tapes it holds).
 
-`chain_dp` solves a chain by the DP; `chain_solve` turns its plans into clones checked
-against the exact peak.
+Each segment offers tape options (`tapes`, refined by an exact MILP over the segment alone,
+`segment_milp`); `chain_dp` solves a chain by the DP; `chain_solve` turns its plans into
+clones checked against the exact peak.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from ..ir.core import Module, Value
 from ..memory.flops import op_flops
 from .dag import Problem, recomputable
 from .saved import chain_boundaries
+from .segment_milp import Report, refine_cached
 from .tapes import TapeOption, closure, segment_options, signature, working_set
 
 INF = float("inf")
@@ -45,6 +47,7 @@ class Chain:
     ua: list[float] = field(default_factory=list)
     raw_over: list[int] = field(default_factory=list)   # `over` before the calibration
     options: list[list[TapeOption]] = field(default_factory=list)   # per segment (`tapes`)
+    milp: Report = field(default_factory=Report)        # the segment MILPs (`segment_milp`)
 
     @property
     def size(self) -> int:
@@ -63,10 +66,11 @@ def _merge_single_ops(prob: Problem, cuts: list[Value]) -> list[Value]:
 
 
 def build_chain(prob: Problem, module: Module, dims, with_options: bool = True,
-                merge: bool = True) -> Chain | None:
+                merge: bool = True, segment_milp: bool = True) -> Chain | None:
     """The chain of segments of `prob`'s forward code, or None when it has fewer than 2;
     `with_options`: each segment's tape options (`tapes`), else its whole tape only;
-    `merge`: one-op segments merged into the next (`_merge_single_ops`)."""
+    `merge`: one-op segments merged into the next (`_merge_single_ops`); `segment_milp`:
+    the options refined by the segment's MILP (`segment_milp`, reported in `Chain.milp`)."""
     B = prob.boundary
     read = set(prob.reverse_uses)
     cuts = [c for c in chain_boundaries(prob) if c in read]
@@ -168,5 +172,9 @@ def build_chain(prob: Problem, module: Module, dims, with_options: bool = True,
             key = signature(prob, ops, c, set(tape[i]), start[i], cost)
             if key not in options:
                 options[key] = segment_options(prob, ops, c, set(tape[i]), start[i], cost)
+                if segment_milp:
+                    options[key], rep, cached = refine_cached(
+                        key, prob, ops, c, set(tape[i]), start[i], cost, options[key])
+                    ch.milp.add(rep, seconds=not cached)
             ch.options.append(options[key])
     return ch

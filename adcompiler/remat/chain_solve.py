@@ -85,15 +85,18 @@ def solve_chain(ch: Chain, budget: int | None, store_all: int, exact,
 
 
 def solve_chains(prob: Problem, module: Module, dims, budget: int | None, store_all: int,
-                 exact, tries: int = 4) -> tuple[list[Chain], tuple[Plan, int, Chain] | None]:
+                 exact, tries: int = 4, segment_milp: bool = True
+                 ) -> tuple[list[Chain], tuple[Plan, int, Chain] | None]:
     """The chains of `prob` (one-op segments merged into the next, and every cut when that
     differs) and the DP's best schedule over them: the fewest FLOPs that fit `budget`, or
     (None) the least peak; (plan, exact peak, its chain). Beyond `SECOND_FINE` segments the
     second chain is solved in half the memory units (the DP's time grows as K^3). With a
     budget, `solve_chain`'s fallbacks run only when neither chain's first schedules fit,
-    first on the chain whose model reaches the lower peak, and stop at the first that fits."""
-    chains = [ch for ch in (build_chain(prob, module, dims),
-                            build_chain(prob, module, dims, merge=False)) if ch is not None]
+    first on the chain whose model reaches the lower peak, and stop at the first that fits.
+    `segment_milp`: the segments' options refined by their MILP (`build_chain`)."""
+    chains = [ch for ch in (build_chain(prob, module, dims, segment_milp=segment_milp),
+                            build_chain(prob, module, dims, merge=False,
+                                        segment_milp=segment_milp)) if ch is not None]
     if len(chains) == 2 and chains[0].stages == chains[1].stages:
         chains.pop()
     units = [UNITS // 2 if k and ch.size > SECOND_FINE else UNITS for k, ch in enumerate(chains)]

@@ -10,8 +10,8 @@ whole schedule: ``guarantee`` (``optimal``, ``gap`` or ``heuristic``), ``optimal
 same, as a flag), ``gap`` (a relative bound, or null) and ``guarantee_why``; and from the
 straight-line code (``budget``, ``min-memory``, ``mincut``) ``solver`` (``chain-dp``,
 ``highs-milp``, ``chen``, ``mincut``, or null when nothing ran) and ``straight_line``
-(solver, status, optimal, gap, seconds, variables, model peak, segments of the chain DP:
-that part alone).
+(solver, status, optimal, gap, seconds, variables, model peak, segments of the chain DP,
+what the MILPs of its segments did: that part alone).
 """
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ def _guarantee(sched: Schedule) -> tuple[str, float | None, str]:
         return "optimal", 0.0, "storing everything fits: nothing is recomputed"
     if sl.solver == "chain-dp":
         dp = (f"the chain DP over {sl.segments} segments (optimal for its chain model, its "
-              f"peak exact)")
+              f"peak exact{_segment_milp(sl.segment_milp)})")
         why = {"optimal": f"{dp}; the MILP proved no schedule of the straight-line model "
                           f"cheaper",
                "gap": f"{dp}; the MILP stopped at its deadline with a bound: the relative "
@@ -110,6 +110,17 @@ def _guarantee(sched: Schedule) -> tuple[str, float | None, str]:
            "heuristic": f"the {sl.solver} baseline; the MILP ({sl.status}) found nothing "
                         f"better"}
     return sl.guarantee, sl.gap, why[sl.guarantee]
+
+
+def _segment_milp(rep: dict | None) -> str:
+    """What the segments' MILPs did, for `guarantee_why`."""
+    if not rep or not rep["solves"]:
+        return ""
+    stopped = (f", {rep['stopped']} stopped at their deadline"
+               + (f" within a gap of {rep['gap']:.1%}" if rep["gap"] else "")
+               if rep["stopped"] else "")
+    return (f"; tape options of {rep['segments']} segment structure(s) from their MILP: "
+            f"{rep['proven']} of {rep['solves']} solves proven{stopped}")
 
 
 def _explain_straight(stats: dict, sched: Schedule, dims) -> None:
@@ -125,7 +136,7 @@ def _explain_straight(stats: dict, sched: Schedule, dims) -> None:
                               "optimal": sl.optimal, "gap": sl.gap,
                               "seconds": round(sl.seconds, 3),
                               "variables": sl.variables, "model_peak": sl.model_peak,
-                              "segments": sl.segments}
+                              "segments": sl.segments, "segment_milp": sl.segment_milp}
     if sl.fallback_peak is not None:
         stats["notes"].append(f"the {sl.solver} schedule would peak at {sl.fallback_peak:,} "
                               f"bytes, above storing everything: everything is stored")

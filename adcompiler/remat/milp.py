@@ -76,17 +76,31 @@ class Solution:
         return self.status in ("optimal", "time limit")
 
 
+def _times(prob: Problem, extra: dict[int, list[int]] | None) -> dict:
+    """Clone times of each value: `Problem.clone_times`, and the times of `extra` (an
+    incumbent's clones, time -> op indices) that the model's ranges hold."""
+    times = {v: set(ts) for v, ts in prob.clone_times.items()}
+    for t, ks in (extra or {}).items():
+        for k in ks:
+            v = prob.ops[k].result
+            if v in times and all(prob.born[u] < t <= prob.last[u]
+                                  for u in set(prob.operands(v)) | {v}):
+                times[v].add(t)
+    return {v: sorted(ts) for v, ts in times.items()}
+
+
 class _Model:
-    def __init__(self, prob: Problem):
+    def __init__(self, prob: Problem, extra: dict[int, list[int]] | None = None):
         self.prob = prob
         self.col: dict[tuple, int] = {}
         self.lb: list[float] = []
         self.cost: list[float] = []
         self.rows: list[tuple[dict[int, float], float, float]] = []
+        self.times = times = _times(prob, extra)
         for v in prob.free:
             for t in range(prob.born[v] + 1, prob.last[v] + 1):
                 self._var(("L", v, t), 1.0 if t in prob.uses[v] else 0.0, 0.0)
-        for v, ts in prob.clone_times.items():
+        for v, ts in times.items():
             for t in ts:
                 self._var(("R", v, t), 0.0, float(prob.cost[v] + 1))
         for v in prob.free:
@@ -95,7 +109,7 @@ class _Model:
                 if ("R", v, t) in self.col:
                     row[self.col[("R", v, t)]] = -1.0
                 self.rows.append((row, -np.inf, 0.0))
-        for v, ts in prob.clone_times.items():
+        for v, ts in times.items():
             for t in ts:
                 r = self.col[("R", v, t)]
                 for u in set(prob.operands(v)) | {v}:
@@ -110,14 +124,46 @@ class _Model:
         self.lb.append(lb)
         self.cost.append(cost)
 
-    def solve(self, budget: int | None, time_limit: float,
-              cutoff: float | None = None) -> tuple[Solution, np.ndarray | None]:
+    def assignment(self, clones: dict[int, list[int]]) -> np.ndarray | None:
+        """A clone schedule (time -> op indices) as a point of the model, or None when the
+        model cannot hold it (a clone at a time it has no column for). A value is held at
+        ``t`` when it is cloned there, or read at or after ``t`` before its next clone
+        (by an op, or by a clone of a user)."""
+        prob, col = self.prob, self.col
+        x = np.zeros(len(self.lb))
+        at: dict = {}
+        needs: dict = {v: set(prob.uses[v]) for v in prob.free}
+        for t, ks in clones.items():
+            for k in ks:
+                v = prob.ops[k].result
+                if ("R", v, t) not in col:
+                    return None
+                x[col[("R", v, t)]] = 1
+                at.setdefault(v, set()).add(t)
+                for u in prob.operands(v):
+                    if u in needs:
+                        needs[u].add(t)
+        for v in prob.free:
+            held, mine, need = False, at.get(v, ()), needs[v]
+            for t in range(prob.last[v], prob.born[v], -1):
+                if t in mine:
+                    x[col[("L", v, t)]], held = 1, False
+                    continue
+                held = held or t in need
+                x[col[("L", v, t)]] = held
+        return x
+
+    def solve(self, budget: int | None, time_limit: float, cutoff: float | None = None,
+              start: np.ndarray | None = None) -> tuple[Solution, np.ndarray | None]:
         """Least recomputation within `budget`, or (None) the least model peak. `cutoff`:
-        only schedules whose objective is below it (an incumbent's), so that "infeasible"
-        proves that none is."""
-        from scipy.optimize import Bounds, LinearConstraint, milp
-        from scipy.sparse import coo_matrix
+        only schedules whose objective is below it (an incumbent's, `start` when the model
+        holds it: HiGHS's first solution, else a row), so that "infeasible" proves that
+        none is, and "no solution" says that none was found by the deadline."""
+        from .highs import build, run, triplets
         prob, n = self.prob, len(self.lb)
+        if start is not None and (budget is None or cutoff is None
+                                  or self.peak_of(start) > budget):
+            start = None
         peak_col = n if budget is None else None
         nv = n + (peak_col is not None)
         cost = np.zeros(nv)
@@ -125,48 +171,33 @@ class _Model:
             cost[:n] = self.cost
         else:
             cost[peak_col] = 1.0
-        rows, cols, vals, lo, hi = [], [], [], [], []
-
-        def add(row: dict[int, float], a: float, b: float) -> None:
-            k = len(lo)
-            for c, x in row.items():
-                rows.append(k)
-                cols.append(c)
-                vals.append(x)
-            lo.append(a)
-            hi.append(b)
-        for row, a, b in self.rows:
-            add(row, a, b)
-        if cutoff is not None and peak_col is None:
-            add({c: x for c, x in enumerate(self.cost) if x}, -np.inf, float(cutoff) - 0.5)
+        rows = list(self.rows)
+        if cutoff is not None and peak_col is None and start is None:
+            rows.append(({c: x for c, x in enumerate(self.cost) if x}, -np.inf,
+                         float(cutoff) - 0.5))
         for t, row in enumerate(self.memory):
             if peak_col is None:
-                add(row, -np.inf, float(budget - prob.fixed[t]))
+                rows.append((row, -np.inf, float(budget - prob.fixed[t])))
             else:
-                add({**row, peak_col: -1.0}, -np.inf, float(-prob.fixed[t]))
+                rows.append(({**row, peak_col: -1.0}, -np.inf, float(-prob.fixed[t])))
         floor = float(max([prob.start_bytes] + prob.fixed))
         lb = np.array(self.lb + ([floor] if peak_col is not None else []))
         ub = np.ones(nv)
-        integrality = np.ones(nv)
+        integer = np.ones(nv, dtype=bool)
         if peak_col is not None:
-            ub[peak_col], integrality[peak_col] = np.inf, 0
-        cons = [LinearConstraint(coo_matrix((vals, (rows, cols)), shape=(len(lo), nv)).tocsr(),
-                                 lo, hi)] if lo else []
-        start = time.perf_counter()
+            ub[peak_col], integer[peak_col] = np.inf, False
         with _Progress(f"straight-line MILP ({nv:,} variables)", time_limit):
-            res = milp(cost, integrality=integrality, bounds=Bounds(lb, ub), constraints=cons,
-                       options={"time_limit": time_limit, "disp": False})
-        sol = Solution(seconds=time.perf_counter() - start, variables=nv)
-        bound = getattr(res, "mip_dual_bound", None)
-        sol.bound = None if bound is None or not np.isfinite(bound) else float(bound)
+            res = run(build(cost, *triplets(rows), lb, ub, integer), time_limit, start)
+        sol = Solution(seconds=res.seconds, variables=nv, bound=res.bound)
+        if start is not None and res.x is not None and res.objective > cutoff - 0.5:
+            res.x = None               # the incumbent, not beaten: as if below the cutoff
+            res.status = "infeasible" if res.status == "optimal" else "no solution"
         if res.x is None:
-            sol.status = "infeasible" if res.status == 2 else "no solution"
-            sol.optimal = res.status == 2
+            sol.status, sol.optimal = res.status, res.status == "infeasible"
             return sol, None
-        sol.optimal = res.status == 0
+        sol.optimal = res.status == "optimal"
         sol.status = "optimal" if sol.optimal else "time limit"
-        gap = getattr(res, "mip_gap", None)
-        sol.gap = 0.0 if sol.optimal or gap is None else float(gap)
+        sol.gap = 0.0 if sol.optimal or res.gap is None else res.gap
         x = np.round(res.x[:n]).astype(int)
         for (kind, v, t), c in self.col.items():
             if kind == "R" and x[c]:
@@ -194,22 +225,25 @@ def model_size(prob: Problem) -> int:
 
 
 def solve(prob: Problem, budget: int | None, time_limit: float | None = None,
-          cutoff: float | None = None) -> Solution:
+          cutoff: float | None = None, incumbent: dict[int, list[int]] | None = None
+          ) -> Solution:
     """The clones of least FLOPs whose model peak fits `budget`; with `budget` None, the
     least model peak (then the least FLOPs at that peak, in a second solve). `time_limit`:
     seconds per solve (default: `deadline` of the model's size). A model of more than
     `MAX_VARIABLES` is not solved (status ``too large``). `cutoff` (with a budget): the
-    objective of an incumbent (`objective`); HiGHS through scipy takes no starting
-    solution, so the incumbent bounds the search instead, and status ``infeasible`` then
-    proves that no schedule of the model is cheaper."""
+    objective of an incumbent (`objective`); the search looks only below it, and status
+    ``infeasible`` then proves that no schedule of the model is cheaper. `incumbent`: its
+    clones, HiGHS's first solution where the model holds them (its clone times are added
+    to the model's), which HiGHS prunes against from the start."""
     size = model_size(prob)
     if size > MAX_VARIABLES:
         return Solution(status="too large", optimal=False, gap=None, variables=size)
-    model = _Model(prob)
+    model = _Model(prob, incumbent if budget is not None and cutoff is not None else None)
     if time_limit is None:
         time_limit = deadline(len(model.lb))
     if budget is not None:
-        return model.solve(budget, time_limit, cutoff)[0]
+        start = model.assignment(incumbent) if incumbent and cutoff is not None else None
+        return model.solve(budget, time_limit, cutoff, start)[0]
     first, _ = model.solve(None, time_limit)
     if not first.feasible or not first.optimal:   # an unproven peak: not worth a second wait
         return first

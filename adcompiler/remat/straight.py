@@ -40,6 +40,7 @@ class StraightLine:
     variables: int = 0
     model_peak: int | None = None
     segments: int | None = None                       # the chain DP's segments
+    segment_milp: dict | None = None                  # its segments' MILPs (`segment_milp`)
     fallback_peak: int | None = None                  # a baseline's peak, not taken
     stored: list = field(default_factory=list)        # forward values the reverse reads
     recomputed: list = field(default_factory=list)    # (primal op, [clone ops])
@@ -144,6 +145,7 @@ def schedule_straight(module: Module, fn: str, budget: int | None, dims: Mapping
     ch = chains[0] if chains else None
     if ch is not None:
         info.segments = (dp[2] if dp is not None else ch).size
+        info.segment_milp = (dp[2] if dp is not None else ch).milp.as_dict()
     if dp is not None and dp[0].clones:     # (no clones: the store-all candidate below)
         plan, peak = dp[:2]
         cands.append((peak, _flops(prob, plan.clones), "chain-dp", False, None,
@@ -153,9 +155,10 @@ def schedule_straight(module: Module, fn: str, budget: int | None, dims: Mapping
     size = model_size(prob) if prob.clone_times else 0
     sol = Solution(status="not run", optimal=False, gap=None, variables=size)
     if prob.clone_times and (ch is None or size <= MILP_WHOLE):
-        cutoff = objective(prob, min(fits, key=lambda c: c[1])[5][4]) \
-            if budget is not None and fits else None
-        sol = solve(prob, budget, time_limit, cutoff)
+        incumbent = min(fits, key=lambda c: c[1])[5][4] if budget is not None and fits \
+            else None
+        cutoff = objective(prob, incumbent) if incumbent is not None else None
+        sol = solve(prob, budget, time_limit, cutoff, incumbent)
         info.seconds += sol.seconds
         if cutoff is not None and sol.status == "infeasible":   # none cheaper: proven
             best = min(fits, key=lambda c: c[1])

@@ -186,7 +186,14 @@ def segment_options(prob: Problem, ops: list[int], cut: Value | None, tape: set[
         o = _option(prob, ops, cut, tape, d, start, cost)
         if o is not None:
             opts.append(o)
-    seen: dict[tuple, TapeOption] = {}     # equal quantities: the first (fewest dropped)
+    return pareto(opts)
+
+
+def pareto(opts: list[TapeOption]) -> list[TapeOption]:
+    """`opts[0]` (the whole tape), then the options that no other beats, at most
+    `MAX_OPTIONS` in all, spread over ``abar``; of equal ones, the first."""
+    full = opts[0]
+    seen: dict[tuple, TapeOption] = {}
     for o in opts:
         if not any(_dominated(o, p) for p in opts):
             seen.setdefault(o.quantities, o)
