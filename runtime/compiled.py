@@ -219,43 +219,44 @@ class CompiledExecutor(Executor):
             memory=memory)
 
     def _run_lines(self, p: _Program, run) -> list[str]:
-        """A fused run: its loop over flat views, then its outputs named; with outputs
-        written into the caller's arrays, only when those are contiguous (else the ops one
-        by one)."""
+        """A fused run: one call of its loop, then its outputs named. With outputs written
+        into the caller's arrays, the loop declines when one is not C-contiguous, and the
+        ops run one by one."""
         size = 1
         for d in run.shape:
             size *= d
         full = [p.var(v) for v in run.full]
-        args = [str(size)] + [f"{a}.reshape(-1)" for a in full]
-        args += [f"{p.var(v)}[()]" for v in run.scalars]
-        pre, post, guard, into = [], [], [], {}
+        args = [str(size)] + full + [  # 0-d values as NumPy scalars (constants: once)
+            p.bind("c", self._consts[v][()]) if v in self._consts else f"{p.var(v)}[()]"
+            for v in run.scalars]
+        pre, post, into, checked = [], [], {}, set()
         for j, r in enumerate(run.outputs):
             if r in self._donated:
                 a = self._donated[r]
-                guard.append(f"{a}.flags.c_contiguous")
+                checked.add(j)
                 post.append(f"{p.var(r)} = {a}")
                 if a in full:  # written over the operand it replaces
                     into[j] = full.index(a)
                 else:
-                    args.append(f"{a}.reshape(-1)")
+                    args.append(a)
             elif r in self._views:
-                view = self._views[r]
-                args.append(p.bind("f", view.reshape(-1)))
-                post.append(f"{p.var(r)} = {p.bind('b', view)}")
+                buf = p.bind("b", self._views[r])
+                args.append(buf)
+                post.append(f"{p.var(r)} = {buf}")
             else:
                 new = p.bind("z", functools.partial(numpy.empty, tuple(run.shape),
                                                     numpy.dtype(DTYPES[r.type.dtype])))
                 pre.append(f"{p.var(r)} = {new}()")
-                args.append(f"{p.var(r)}.reshape(-1)")
+                args.append(p.var(r))
         k = p.bind("k", fused_runs.compiled(fused_runs.kernel_source(
-            run.ops, run.full, run.scalars, run.outputs, into)))
-        fused = pre + [f"{k}({', '.join(args)})"] + post
-        if not guard:
-            return fused
+            run.ops, run.full, run.scalars, run.outputs, into, checked)))
+        call = f"{k}({', '.join(args)})"
+        if not checked:
+            return pre + [call] + post
         one_by_one = [line for op in run.ops for line in self._op_lines(p, op)]
         if run.inner:
             one_by_one.append(f"del {', '.join(p.var(v) for v in run.inner)}")
-        return ([f"if {' and '.join(guard)}:"] + ["    " + line for line in fused]
+        return (pre + [f"if {call}:"] + ["    " + line for line in post]
                 + ["else:"] + ["    " + line for line in one_by_one])
 
     def _fold(self, block) -> dict:

@@ -55,32 +55,39 @@ def enabled() -> bool:
     return bool(_numba)
 
 
-def kernel_source(ops, full: list, scalars: list, outputs: list, into: dict) -> str:
-    """The loop's source: ``kernel(n, *full, *scalars, *outputs)`` over flat arrays of `n`
-    elements; `full` and `scalars` are the run's external operands (arrays of the run's
-    shape, 0-d values passed as NumPy scalars), `outputs` the results it writes, but those
-    that `into` maps to the index of an operand in `full` whose array they replace (an
-    update in place: one array, so that LLVM sees no possible overlap and vectorizes the
-    loop). The text holds only identifiers made here and the formulas of `FORMULAS`."""
+def kernel_source(ops, full: list, scalars: list, outputs: list, into: dict,
+                  checked: set) -> str:
+    """The loop's source, ``kernel(n, *full, *scalars, *outputs) -> bool``: `full` and
+    `scalars` are the run's external operands (arrays of the run's shape, of `n` elements,
+    and 0-d values passed as NumPy scalars), `outputs` the arrays of the results it writes,
+    but those that `into` maps to the index of an operand in `full` whose array they replace
+    (an update in place: one array, so that LLVM sees no possible overlap and vectorizes
+    the loop). It writes nothing and returns False when an output of `checked` (indices) is
+    not C-contiguous (its flat view would be a copy). The arrays keep their shapes (a
+    reshape in Python costs more than the loop of a small array); the loop runs over their
+    flat views. The text holds only identifiers made here and the formulas of `FORMULAS`."""
     name: dict = {}
-    params = ["n"]
-    for j, v in enumerate(full):
-        params.append(f"x{j}")
-        name[v] = f"a{j}"
+    params = ["n"] + [f"x{j}" for j in range(len(full))]
     for j, v in enumerate(scalars):
         params.append(f"s{j}")
         name[v] = f"s{j}"
     dest = [f"x{into[j]}" if j in into else f"o{j}" for j in range(len(outputs))]
     params += [d for d in dest if d[0] == "o"]
-    body = [f"        a{j} = x{j}[i]" for j in range(len(full))]
+    head = [f"    if not {dest[j]}.flags.c_contiguous:\n        return False"
+            for j in sorted(checked)]
+    head += [f"    {a}f = {a}.ravel()" for a in params[1:] if a[0] in "xo"]
+    body = []
+    for j, v in enumerate(full):
+        body.append(f"        a{j} = x{j}f[i]")
+        name[v] = f"a{j}"
     for k, op in enumerate(ops):
         r = op.results[0]
         name[r] = f"t{k}"
         body.append(f"        t{k} = " + FORMULAS[op.name].format(
             *[name[v] for v in op.operands]))
-    body += [f"        {d}[i] = {name[v]}" for d, v in zip(dest, outputs)]
-    return "\n".join([f"def kernel({', '.join(params)}):",
-                      "    for i in range(n):", *body]) + "\n"
+    body += [f"        {d}f[i] = {name[v]}" for d, v in zip(dest, outputs)]
+    return "\n".join([f"def kernel({', '.join(params)}):", *head,
+                      "    for i in range(n):", *body, "    return True"]) + "\n"
 
 
 def compiled(source: str):
