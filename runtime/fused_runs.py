@@ -3,7 +3,7 @@
 A training step's optimizer update is a chain of elementwise ops per parameter (Adam's is
 13), and run one NumPy call at a time each op is a pass over memory and a call's overhead.
 Here a *run*, consecutive ops of a function body that are each one IEEE operation from
-`FORMULAS` in one float dtype over one shape (0-d operands broadcast, and a ``where``
+`FORMULAS` in one float dtype over one shape of rank 1 or more (0-d operands broadcast, and a ``where``
 condition may be bool), becomes a single loop over the elements, compiled once per process
 by numba, that writes only the values read after the run.
 
@@ -103,8 +103,8 @@ def compiled(source: str):
 
 def member(op, resolve) -> tuple | None:
     """(shape, dtype) of `op` when it can be in a run, else None: an op of `FORMULAS`
-    with its arity and no attributes, one float result, operands of the result's dtype and
-    shape or 0-d (a ``where`` condition: bool)."""
+    with its arity and no attributes, one float result of rank 1 or more, operands of the
+    result's dtype and shape or 0-d (a ``where`` condition: bool)."""
     f = FORMULAS.get(op.name)
     if f is None or op.regions or op.attrs or len(op.results) != 1 or \
             len(op.operands) != ARITY.get(op.name, 2):
@@ -114,6 +114,8 @@ def member(op, resolve) -> tuple | None:
     if dt not in ("f32", "f64"):
         return None
     shape = tuple(resolve(r.type.shape))
+    if not shape:  # 0-d values may be NumPy scalars, not arrays; nothing to gain either
+        return None
     for j, v in enumerate(op.operands):
         want = "bool" if (op.name == "where" and j == 0) else dt
         if v.type.dtype != want:
@@ -164,7 +166,7 @@ def plan(block, resolve, skip, exclude, memory) -> dict:
             for v in op.operands:
                 if v in made or v in run.full or v in run.scalars:
                     continue
-                (run.scalars if shape and not tuple(resolve(v.type.shape)) else run.full).append(v)
+                (run.full if resolve(v.type.shape) else run.scalars).append(v)
             r = op.results[0]
             if read_at.get(r, set()) - inside:
                 run.outputs.append(r)

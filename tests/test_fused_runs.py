@@ -83,8 +83,9 @@ def test_fused_step_has_the_bits_of_numpy(monkeypatch, opt, dtype):
     step, fused = train(monkeypatch, True, opt, dtype)
     _, plain = train(monkeypatch, False, opt, dtype)
     assert_same_bits(fused, plain)
-    # plain SGD is two ops a parameter (below MIN_OPS); every other update is fused
-    assert fused_calls(step) == (0 if opt.kind == "sgd" and not opt.momentum else 5)
+    # plain SGD is two ops a parameter (below MIN_OPS); every other update is fused, but
+    # the 0-d parameter's (its values may be NumPy scalars)
+    assert fused_calls(step) == (0 if opt.kind == "sgd" and not opt.momentum else 4)
 
 
 @pytest.mark.parametrize("clip,accumulate", [(0.05, 1), (None, 2), (0.5, 3)])
@@ -93,7 +94,7 @@ def test_clipping_and_accumulation(monkeypatch, clip, accumulate):
     step, fused = train(monkeypatch, True, opt, "float32", clip=clip, accumulate=accumulate)
     _, plain = train(monkeypatch, False, opt, "float32", clip=clip, accumulate=accumulate)
     assert_same_bits(fused, plain)
-    assert fused_calls(step) == 5
+    assert fused_calls(step) == 4
 
 
 def test_infinities_and_nans_match(monkeypatch):
@@ -169,7 +170,7 @@ def test_kernel_source_holds_generated_names_only():
                               memory=lambda v: ("fresh", None))
     runs = {id(r): r for r in ex_runs.values()}.values()
     run = next(r for r in runs if fn.arg("W") in r.full)
-    assert sum(any(a in r.full for a in fn.args[:5]) for r in runs) == 5
+    assert sum(any(a in r.full for a in fn.args[:5]) for r in runs) == 4
     src = fused_runs.kernel_source(run.ops, run.full, run.scalars, run.outputs, {0: 1}, {0})
     import re
     words = set(re.findall(r"[A-Za-z_]\w*", src))
