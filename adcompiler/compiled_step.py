@@ -10,10 +10,19 @@ where the runtime can: the arrays it returns are the ones it was given, written 
 never writes into arrays it did not make: the first call copies the caller's parameters
 once, and later calls update the arrays earlier calls returned (copy them to keep a
 snapshot).
+
+On the CPU, the step's runs of elementwise ops (its optimizer update above all) can run as
+one compiled loop each (`adc_runtime.fused_runs`, with numba installed): about twice the
+speed of the update's NumPy calls, at the price of numba's import and compilation (about
+0.5 s, then 0.1 s per loop). By default a step pays that only once it has run for
+`FUSE_AFTER_S` seconds in all, so a short run never does and a long one at most about
+doubles the time spent before the switch; ``fuse=True`` fuses from the first call,
+``fuse=False`` never.
 """
 from __future__ import annotations
 
 import operator
+import time
 import weakref
 from typing import Any, Mapping, Sequence
 
@@ -26,14 +35,16 @@ from .optim import Optimizer, option_fields, parse_optimizer
 
 __all__ = ["train_step", "CompiledStep"]
 
+FUSE_AFTER_S = 1.0  # seconds of calls after which a step with ``fuse=None`` fuses its runs
+
 
 def train_step(program: Source, optimizer: Optimizer | str, clip: float | None = None,
                accumulate: int = 1, fn: str | None = None,
                wrt: str | Sequence[str] | None = None, dtype: str | None = None,
                remat: str | None = None, device: str = "cpu", *,
                passes: str = DEFAULT_PASSES, dims: Mapping[str, int] | None = None,
-               comm=None, bucket_mb: float = 25.0, overlap: bool = True
-               ) -> "CompiledStep":
+               comm=None, bucket_mb: float = 25.0, overlap: bool = True,
+               fuse: bool | None = None) -> "CompiledStep":
     """Compile the training step of the loss `fn` (default: the main function).
 
     `optimizer`: an `adcompiler.optim` optimizer or its text (``"adam:lr=1e-3,wd=0.01"``).
@@ -44,6 +55,8 @@ def train_step(program: Source, optimizer: Optimizer | str, clip: float | None =
     `comm`: a communicator of data-parallel training (`adcompiler.distributed`): the
     ``allreduce`` pass averages the loss and gradients over its processes in buckets of
     `bucket_mb` MiB, overlapped with the backward pass unless `overlap` is false.
+    `fuse`: compile the update's elementwise runs into loops from the first call (True),
+    never (False), or once the calls have taken `FUSE_AFTER_S` seconds (None; module doc).
     """
     from .passes.pipeline import parse_pipeline, run_pipeline
     from .passes.scan_inputs import ScanInputs
@@ -65,7 +78,7 @@ def train_step(program: Source, optimizer: Optimizer | str, clip: float | None =
         pipeline.append(AllReduce(fn=f"{f.name}_step", bucket_mb=bucket_mb, overlap=overlap,
                                   bind=bind))
     module = run_pipeline(module, pipeline + parse_pipeline(f"dce{{fn={f.name}_step}}"))
-    return CompiledStep(module, f"{f.name}_step", optimizer, device, dims, comm)
+    return CompiledStep(module, f"{f.name}_step", optimizer, device, dims, comm, fuse)
 
 
 class CompiledStep:
@@ -77,7 +90,7 @@ class CompiledStep:
     """
 
     def __init__(self, module: Module, fn_name: str, optimizer: Optimizer, device: str = "cpu",
-                 dims: Mapping[str, int] | None = None, comm=None):
+                 dims: Mapping[str, int] | None = None, comm=None, fuse: bool | None = None):
         fn = module[fn_name]
         self.module, self.fn_name, self.optimizer = module, fn_name, optimizer
         self.device, self.dims = device, dict(dims or {})
@@ -90,6 +103,8 @@ class CompiledStep:
         self._types = {a.name: a.type for a in fn.args}
         self._xp = _array_module(device)
         self._runner = None
+        self.fuse = fuse
+        self._unfused_s = 0.0 if fuse is None and device == "cpu" else None  # time to switch
         self.stats: dict = {}   # the last call's run statistics (``peak_bytes``, ...)
         self._owned: dict[int, weakref.ref] = {}  # arrays this step made: id -> ref
         self._held_names = self.params + self.state_names  # the arrays a call writes over
@@ -130,19 +145,33 @@ class CompiledStep:
             named[name] = self._split(name, batch[name])
         if self._runner is None:
             self._runner = runner(self.module, self.fn_name, self.device, donate=True,
-                                  fuse=True)
+                                  fuse=self.fuse is True)
+        start = time.perf_counter() if self._unfused_s is not None else None
         if self.comm is None:
             outs, self.stats = self._runner(named, self.dims)
         else:
             from adc_runtime.collectives import using
             with using(self.comm):
                 outs, self.stats = self._runner(named, self.dims)
+        if start is not None:
+            self._count_unfused(time.perf_counter() - start)
         returned = self._pick_held(outs)
         if not (again and all(map(operator.is_, returned, held))):  # else known already
             self._remember(returned)
         n = len(self.params)
         return (dict(zip(self.params, returned[:n])), dict(zip(self.state_names, returned[n:])),
                 dict(zip(self._metric_names, self._pick_metrics(outs))))
+
+    def _count_unfused(self, seconds: float) -> None:
+        """Add a call's time; past `FUSE_AFTER_S`, later calls run a fusing runner (a new
+        executor: its own arena and generated code; the arrays held stay the caller's)."""
+        self._unfused_s += seconds
+        if self._unfused_s >= FUSE_AFTER_S:
+            self._unfused_s = None
+            from adc_runtime import fused_runs
+            if fused_runs.enabled():
+                self._runner = runner(self.module, self.fn_name, self.device, donate=True,
+                                      fuse=True)
 
     # -- inputs --------------------------------------------------------------------------
     def _check(self, what: str, given: Mapping[str, Any], names: list[str]) -> None:

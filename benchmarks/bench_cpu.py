@@ -8,7 +8,8 @@ A gradient step ("grad") computes the loss and the gradient of every parameter: 
 ``value_and_grad`` callable (the compiled executor, `adc_runtime.compiled`; with
 ``--interpreter`` also the NumPy interpreter), ``torch.autograd.grad`` in eager mode, and
 ``jax.jit(jax.value_and_grad(...))``. A training step ("train") adds an Adam update
-(lr 1e-3) of the parameters: ``adc.train_step`` (parameters and state updated in place),
+(lr 1e-3) of the parameters: ``adc.train_step`` (parameters and state updated in place, its
+elementwise runs compiled into loops from the first call, ``fuse=True``),
 ``torch.optim.Adam`` after ``backward()``, and a ``jax.jit`` optax step with the
 parameters and state donated (``--steps-kind grad`` leaves it out). Workloads (float32):
 
@@ -291,7 +292,8 @@ def train_row(name, module, fn, sizes, params, inputs, frameworks, args) -> dict
     import adcompiler as adc
     order = [a.name for a in fn.args]
     batch = {k: v for k, v in inputs.items() if k not in params}
-    step = adc.train_step(module, adc.optim.adam(LR), fn=fn.name, dims=sizes)
+    # fused from the first call: the steady state of a run longer than FUSE_AFTER_S
+    step = adc.train_step(module, adc.optim.adam(LR), fn=fn.name, dims=sizes, fuse=True)
     p0 = {k: inputs[k] for k in params}
     now = {"p": p0, "s": step.init(p0)}
 

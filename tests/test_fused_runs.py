@@ -42,7 +42,7 @@ def data(dtype, seed=0, rows=6):
 def train(monkeypatch, fuse: bool, opt, dtype, clip=None, accumulate=1, extra=None):
     monkeypatch.setenv("ADC_FUSE", "1" if fuse else "0")
     step = adc.train_step(SRC, opt, clip=clip, accumulate=accumulate,
-                          dtype=None if dtype == "float32" else "f64")
+                          dtype=None if dtype == "float32" else "f64", fuse=True)
     params, batches = data(dtype)
     if extra is not None:
         params = extra(params)
@@ -120,7 +120,8 @@ def test_fused_step_matches_many_elements(monkeypatch):
     out = {}
     for fuse in (True, False):
         monkeypatch.setenv("ADC_FUSE", "1" if fuse else "0")
-        step = adc.train_step(src, adc.optim.adam(1e-3, weight_decay=1e-4), clip=1.0)
+        step = adc.train_step(src, adc.optim.adam(1e-3, weight_decay=1e-4), clip=1.0,
+                              fuse=True)
         p, state = params, step.init(params)
         for _ in range(3):
             p, state, _ = step(p, state, batch)
@@ -147,6 +148,28 @@ def test_arrays_not_contiguous_run_one_op_at_a_time(monkeypatch):
         # the parameter's own array holds the update, in both paths
         assert arrays["W"].tobytes(order="C") == results[-1][1].tobytes()
     assert all(a.tobytes() == b.tobytes() for a, b in zip(*results))
+
+
+@pytest.mark.parametrize("fuse,after,fused", [(None, 0.0, True), (None, 1e9, False),
+                                              (False, 0.0, False), (True, 1e9, True)])
+def test_a_step_fuses_once_its_calls_took_long_enough(monkeypatch, fuse, after, fused):
+    """By default the first calls run the ops one by one and the calls after
+    `FUSE_AFTER_S` seconds the fused loops, with the same bits throughout."""
+    from adcompiler import compiled_step
+    monkeypatch.setenv("ADC_FUSE", "1")
+    monkeypatch.setattr(compiled_step, "FUSE_AFTER_S", after)
+    opt = adc.optim.adam(1e-2)
+    step = adc.train_step(SRC, opt, fuse=fuse)
+    params, batches = data("float32")
+    p, state = params, step.init(params)
+    history = []
+    for b in batches:
+        p, state, m = step(p, state, b)
+        history.append({**{k: v.copy() for k, v in p.items()},
+                        **{k: v.copy() for k, v in state.items()}, **m})
+    assert (fused_calls(step) == 4) == fused
+    _, plain = train(monkeypatch, False, opt, "float32")
+    assert_same_bits(history, plain)
 
 
 def test_disabled_without_numba_or_by_the_environment(monkeypatch):
