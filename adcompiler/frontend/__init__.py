@@ -12,7 +12,7 @@ import os
 
 from ..diagnostics import AdcError, Loc
 from ..ir.core import Module
-from ..ir.gcpause import fewer_collections
+from ..ir.gcpause import collector_paused
 from .lower import lower_module
 from .parse import parse
 
@@ -35,7 +35,7 @@ def compile_source(text: str | bytes, filename: str = "<input>") -> Module:
     try:
         if isinstance(text, (bytes, bytearray)):
             text = decode(bytes(text), filename)
-        with fewer_collections():
+        with collector_paused():
             return lower_module(parse(text, filename), filename)
     except AdcError:
         raise

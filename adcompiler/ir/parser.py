@@ -16,7 +16,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from ..diagnostics import AdcError, Loc, normalize_newlines
 from .core import Block, Function, Module, Op, Value
-from .gcpause import fewer_collections
+from .gcpause import collector_paused
 from .types import TensorType, parse_dim
 
 # Friendly names for the grammar's terminals in "expected ..." messages.
@@ -38,7 +38,7 @@ def _lark() -> Lark:
 
 def parse_module(text: str, filename: str = "<ir>") -> Module:
     """Parse IR text; errors carry a `Loc` into `filename` (the IR file)."""
-    with fewer_collections():
+    with collector_paused():
         return _parse_module(text, filename)
 
 

@@ -27,7 +27,7 @@ from typing import Any, Callable, TextIO
 
 from ..diagnostics import AdcError
 from ..ir.core import Function, Module
-from ..ir.gcpause import fewer_collections
+from ..ir.gcpause import collector_paused
 from .clone import clone_module
 
 PASSES: dict[str, type] = {}
@@ -245,7 +245,7 @@ def run_pipeline(module: Module, pipeline: str | list, print_ir_after_all: bool 
     """
     passes = parse_pipeline(pipeline) if isinstance(pipeline, str) else list(pipeline)
     out = out if out is not None else sys.stderr
-    with fewer_collections():
+    with collector_paused():
         return _run(module, passes, print_ir_after_all, verify, out)
 
 

@@ -1,0 +1,78 @@
+"""The collector's pause around compilation steps (`adcompiler.ir.gcpause`)."""
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from adcompiler.ir import gcpause
+from adcompiler.ir.gcpause import collector_paused, fewer_collections
+
+
+class Cycle:
+    def __init__(self):
+        self.me = self
+
+
+def test_the_collector_is_paused_inside_and_runs_again_after():
+    assert gc.isenabled()
+    with collector_paused():
+        assert not gc.isenabled()
+        with collector_paused():   # nested: still paused, and left paused
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
+def test_an_error_inside_restores_the_collector():
+    with pytest.raises(ZeroDivisionError):
+        with collector_paused():
+            1 / 0
+    assert gc.isenabled()
+
+
+def test_a_collector_the_caller_turned_off_stays_off():
+    gc.disable()
+    try:
+        with collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+@pytest.mark.parametrize("many", [True, False])
+def test_a_step_that_left_many_objects_ends_with_a_full_collection(monkeypatch, many):
+    import weakref
+    monkeypatch.setattr(gcpause, "FULL_AFTER", 1000)
+    gc.collect()
+    with collector_paused():
+        probe = Cycle()
+        alive = weakref.ref(probe)
+        del probe               # garbage, in a cycle: only the collector frees it
+        kept = [Cycle() for _ in range(2000 if many else 10)]
+        assert alive() is not None
+    assert (alive() is None) == many
+    assert all(c.me is c for c in kept)
+
+
+def test_fewer_collections_restores_the_thresholds():
+    old = gc.get_threshold()
+    with fewer_collections():
+        assert gc.get_threshold()[0] >= gcpause.YOUNG
+    assert gc.get_threshold() == old
+
+
+def test_a_pipeline_runs_with_the_collector_paused(monkeypatch):
+    import adcompiler as adc
+    from adcompiler.passes import pipeline
+    seen = []
+    real = pipeline.apply_pass
+
+    def spy(p, module, owned):
+        seen.append(gc.isenabled())
+        return real(p, module, owned)
+    monkeypatch.setattr(pipeline, "apply_pass", spy)
+    m = adc.parse_tdsl("def f(x: f64[3]) -> f64 {\n    return sum(tanh(x))\n}\n", "<t>")
+    adc.run_pipeline(m, "inline,cse,dce")
+    assert seen and not any(seen) and gc.isenabled()
