@@ -90,10 +90,12 @@ def test_specialized_mean_leaves_an_empty_mean_to_the_table_kernel():
 
 SUM_TO = [((4, 3), (3,)), ((4, 3), (1, 3)), ((4, 3), (4, 1)), ((1, 3), (3,)),
           ((2, 1, 3), (1, 3)), ((0, 3), (3,)), ((), ()), ((3,), (3,)), ((16, 0), (0,)),
-          # blocked: rows of m*C elements first (m = 4, 8, 32)
-          ((16, 5), (5,)), ((64, 3), (1, 3)), ((8, 8, 2), (2,)), ((1024, 64), (64,)),
-          ((4, 16, 3), (1, 1, 3)), ((48, 1), (1,)), ((96, 7), (7,)), ((1, 64, 8), (8,)),
-          ((1, 64, 8), (1, 1, 8)), ((64, 1, 8), (1, 8)), ((32, 4, 1), (1, 4, 1))]
+          # blocked: rows of m*C elements first (m = 8, 16, 32)
+          ((128, 5), (5,)), ((256, 3), (1, 3)), ((16, 8, 2), (2,)), ((1024, 64), (64,)),
+          ((8, 16, 3), (1, 1, 3)), ((192, 2), (2,)), ((384, 7), (7,)), ((1, 256, 8), (8,)),
+          ((1, 256, 8), (1, 1, 8)), ((256, 1, 8), (1, 8)), ((128, 4, 1), (1, 4, 1)),
+          # not blocked: too few rows, rows too long, no power-of-two block
+          ((64, 3), (3,)), ((256, 256), (256,)), ((130, 4), (4,)), ((192, 1), (1,))]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -110,13 +112,14 @@ def test_specialized_sum_to_matches_the_table_kernel(in_shape, shape, dtype):
 
 
 def _sum_rows_in_order(x, rows, cols):
-    """A Python loop adding rows as `sum_to_plan` documents, for a reference."""
-    from adc_runtime.kernels.reduce import BLOCK_ELEMENTS
+    """A Python loop adding rows as `sum_to_plan` documents, for a reference (rows of two
+    or more elements: NumPy sums a single column pairwise)."""
+    from adc_runtime.kernels.reduce import BLOCK_ELEMENTS, BLOCK_MAX_COLS, BLOCK_MIN_ROWS
     flat = x.reshape(rows, cols)
     m = 1
     while rows % (2 * m) == 0 and 2 * m * cols <= BLOCK_ELEMENTS and 4 * m * m <= rows:
         m *= 2
-    if m < 4:
+    if m < 4 or rows < BLOCK_MIN_ROWS or not 1 < cols <= BLOCK_MAX_COLS:
         m = 1
     block = [np.zeros(cols, x.dtype) for _ in range(m)]   # NumPy's sums start at +0.0
     for a in range(rows // m):
@@ -142,7 +145,7 @@ def _rows(in_shape, shape):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("in_shape, shape", [s for s in SUM_TO if _rows(*s)
-                                             and all(s[0])], ids=str)
+                                             and _rows(*s)[1] > 1 and all(s[0])], ids=str)
 def test_sum_to_adds_in_the_documented_order(in_shape, shape, dtype):
     x = data(in_shape, dtype)
     got = KERNELS["sum_to"](np, x, shape=shape)
@@ -155,15 +158,15 @@ def test_sum_to_adds_in_the_documented_order(in_shape, shape, dtype):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_blocked_sum_to_on_signed_zeros_inf_and_nan(dtype):
-    x = np.full((64, 4), -0.0, dtype)
-    x[5, 1], x[63, 2] = np.inf, np.nan
+    x = np.full((128, 4), -0.0, dtype)
+    x[5, 1], x[127, 2] = np.inf, np.nan
     x[:, 3] = 1.0
     x[7, 3], x[9, 3] = np.inf, -np.inf
     got = KERNELS["sum_to"](np, x, shape=(4,))
     # all -0.0 sums to +0.0, as numpy.sum does (its reduction starts from the identity 0)
     assert got[0] == 0 and np.signbit(got[0]) == np.signbit(np.sum(x[:, 0]))
     assert got[1] == np.inf and np.isnan(got[2]) and np.isnan(got[3])
-    same_bits(got, specialize.sum_to((64, 4), (4,), dtype)(x))
+    same_bits(got, specialize.sum_to((128, 4), (4,), dtype)(x))
 
 
 @pytest.mark.parametrize("labels_shape, classes", [((6,), 4), ((), 3), ((1,), 1), ((0,), 5),

@@ -48,10 +48,13 @@ def logsumexp(xp, x, axis=None, keepdims=False):
     return out if keepdims else xp.squeeze(out, axis=axis)
 
 
-# `sum_to` adds its leading rows in blocks when each row is short: NumPy's sum over a leading
-# axis runs one inner loop per row (1024 rows of 64 floats: 19 us), the blocked sum a few
-# long ones (7 us). Both executors call `sum_to_plan`, so they add in the same order.
+# `sum_to` adds its leading rows in blocks when there are many short ones: NumPy's sum over
+# a leading axis runs one inner loop per row (1024 rows of 64 floats: 20 us), the blocked
+# sum a few long ones (9 us); rows of 256 floats or more gain nothing, fewer than 128 rows
+# lose the second call. Both executors call `sum_to_plan`, so they add in the same order.
 BLOCK_ELEMENTS = 4096
+BLOCK_MIN_ROWS = 128
+BLOCK_MAX_COLS = 128
 
 
 @functools.lru_cache(maxsize=512)
@@ -60,13 +63,13 @@ def sum_to_plan(xp, in_shape: tuple, shape: tuple, dtype):
     blocks) worked out once.
 
     When only leading axes are summed (axes of size 1 aside: ``R`` rows of ``C`` elements
-    each, whether the target has those axes or not), the floats are on
-    NumPy and some ``m >= 4`` (a power of two) divides ``R`` with ``m*C <= BLOCK_ELEMENTS``
-    and ``m*m <= R``, row ``a*m + b`` is added into block row ``b`` first (rows of ``m*C``
-    elements, one inner loop each) and the ``m`` block rows then, both in row order: the
-    result does not depend on the strides, and zeros, inf and NaN come out as NumPy's sum
-    gives them.
-    Otherwise NumPy's sum over the axes."""
+    each, whether the target has those axes or not), the floats are on NumPy,
+    ``R >= BLOCK_MIN_ROWS``, ``2 <= C <= BLOCK_MAX_COLS`` (one column NumPy sums pairwise,
+    in one loop) and some ``m >= 4`` (a power of two) divides ``R`` with
+    ``m*C <= BLOCK_ELEMENTS`` and ``m*m <= R``, row ``a*m + b`` is added into block row ``b``
+    first (rows of ``m*C`` elements, one inner loop each) and the ``m`` block rows then, both
+    in row order: the result does not depend on the strides, and zeros, inf and NaN come out
+    as NumPy's sum gives them. Otherwise NumPy's sum over the axes."""
     shape = tuple(shape)
     lead = len(in_shape) - len(shape)
     axes = tuple(range(lead)) + tuple(
@@ -82,7 +85,8 @@ def sum_to_plan(xp, in_shape: tuple, shape: tuple, dtype):
     # the summed axes come first but for axes of size 1: `x` is (rows, cols) in C order
     leading = all(j > axes[-1] for j, d in enumerate(in_shape) if d != 1 and j not in axes)
     m = 1
-    if leading and xp.__name__ == "numpy" and cols and str(dtype) in ("float32", "float64"):
+    if (leading and xp.__name__ == "numpy" and 1 < cols <= BLOCK_MAX_COLS
+            and rows >= BLOCK_MIN_ROWS and str(dtype) in ("float32", "float64")):
         while rows % (2 * m) == 0 and 2 * m * cols <= BLOCK_ELEMENTS and 4 * m * m <= rows:
             m *= 2
     if m < 4:
