@@ -102,7 +102,7 @@ class CompiledStep:
         self.outputs = list(fn.attrs["outputs"])
         self._types = {a.name: a.type for a in fn.args}
         self._xp = _array_module(device)
-        self._runner = None
+        self._runner = self._made = None  # the runner in use, and the one made here
         self.fuse = fuse
         self._unfused_s = 0.0 if fuse is None and device == "cpu" else None  # time to switch
         self.stats: dict = {}   # the last call's run statistics (``peak_bytes``, ...)
@@ -144,8 +144,8 @@ class CompiledStep:
         for name in self.batch_names:
             named[name] = self._split(name, batch[name])
         if self._runner is None:
-            self._runner = runner(self.module, self.fn_name, self.device, donate=True,
-                                  fuse=self.fuse is True)
+            self._runner = self._made = runner(self.module, self.fn_name, self.device,
+                                               donate=True, fuse=self.fuse is True)
         start = time.perf_counter() if self._unfused_s is not None else None
         if self.comm is None:
             outs, self.stats = self._runner(named, self.dims)
@@ -169,7 +169,8 @@ class CompiledStep:
         if self._unfused_s >= FUSE_AFTER_S:
             self._unfused_s = None
             from adc_runtime import fused_runs
-            if fused_runs.enabled():
+            # a runner set from outside (one that stops at non-finite values) stays
+            if self._runner is self._made and fused_runs.enabled():
                 self._runner = runner(self.module, self.fn_name, self.device, donate=True,
                                       fuse=True)
 

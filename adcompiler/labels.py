@@ -57,12 +57,20 @@ def check_labels(fn: Function, inputs: Mapping, env: Mapping[str, int],
     _check_ranges(inputs, index_bounds(fn, env, True, bounded))
 
 
+SMALL = 32  # labels checked as Python ints up to this many: a NumPy reduction costs more
+
+
 def _check_ranges(inputs: Mapping, highs: Mapping[str, int]) -> None:
     for name, high in highs.items():
         a = inputs[name]
         if not a.size:
             continue
-        if a.dtype.kind == "i":  # one pass: a negative label is a huge unsigned one
+        if a.size <= SMALL:
+            values = a.ravel().tolist()
+            lo, hi = min(values), max(values)
+            if 0 <= lo and hi < high:
+                continue
+        elif a.dtype.kind == "i":  # one pass: a negative label is a huge unsigned one
             if int(a.view(UNSIGNED[a.dtype.itemsize]).max()) < high:
                 continue
         lo, hi = int(a.min()), int(a.max())

@@ -450,6 +450,7 @@ class Runner:
         fn = self.fn
         if self._declared is None:
             self._declared = [(a, a.name, self.xp.dtype(DTYPES[a.type.dtype])) for a in fn.args]
+            self._names = [a.name for a in fn.args]
         ndarray = self.xp.ndarray
         try:
             arrays = [inputs[name] for _, name, _ in self._declared]
@@ -472,7 +473,7 @@ class Runner:
             known = self._bindings[shapes] = (bound, tuple(sorted(bound.items())))
         bound, key = known
         if self.checks:
-            named = dict(zip([name for _, name, _ in self._declared], arrays))
+            named = dict(zip(self._names, arrays))
             for check in self.checks:
                 check(named, bound)
         ex = self._executors.get(key)

@@ -172,6 +172,22 @@ def test_a_step_fuses_once_its_calls_took_long_enough(monkeypatch, fuse, after, 
     assert_same_bits(history, plain)
 
 
+def test_a_runner_set_from_outside_is_kept(monkeypatch):
+    """``--detect-anomaly`` swaps in a runner that stops at non-finite values: the switch
+    to fused loops leaves it in place."""
+    from adcompiler import compiled_step
+    from adcompiler.train_setup import anomaly_runner
+    monkeypatch.setenv("ADC_FUSE", "1")
+    monkeypatch.setattr(compiled_step, "FUSE_AFTER_S", 0.0)
+    step = adc.train_step(SRC, adc.optim.adam(1e-2))
+    step._runner = kept = anomaly_runner(step.module, step.fn_name, "cpu", donate=True)
+    params, batches = data("float32")
+    p, state = params, step.init(params)
+    for b in batches[:2]:
+        p, state, _ = step(p, state, b)
+    assert step._runner is kept
+
+
 def test_disabled_without_numba_or_by_the_environment(monkeypatch):
     monkeypatch.setenv("ADC_FUSE", "0")
     assert not fused_runs.enabled()

@@ -35,8 +35,8 @@ def cli(tmp_path, capsys, src: str, inputs: dict, mode: str = "reverse"):
     return rc, err, got
 
 
-def logits():
-    return np.random.default_rng(0).standard_normal((4, 3))
+def logits(rows: int = 4):
+    return np.random.default_rng(0).standard_normal((rows, 3))
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -88,11 +88,14 @@ def same_error(tmp_path, capsys, src, inputs, message, modes=MODES):
 
 
 @pytest.mark.parametrize("labels,found", [([0, -1, 2, 0], "-1 to 2"),
-                                          ([0, 1, 3, 0], "0 to 3")])
+                                          ([0, 1, 3, 0], "0 to 3"),
+                                          # past labels.SMALL: checked by a NumPy reduction
+                                          ([1] * 39 + [-1], "-1 to 1"),
+                                          ([2] * 39 + [3], "2 to 3")])
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
 def test_labels_out_of_range(tmp_path, capsys, labels, found, dtype):
-    same_error(tmp_path, capsys, INTS.format(dtype="i32"),
-               {"z": logits(), "y": np.array(labels, dtype)},
+    same_error(tmp_path, capsys, INTS.format(dtype="i32").replace("[4", f"[{len(labels)}"),
+               {"z": logits(len(labels)), "y": np.array(labels, dtype)},
                f"input 'y' holds class labels outside [0, 3) (found {found})")
 
 
