@@ -3,7 +3,7 @@ long one-slot chains a loop around a ``repeat``, so the scheduled program has th
 for any trip count; every executor (NumPy, compiled, emitted Python, the CUDA backend on a
 stand-in) gives the gradients of storing everything bit for bit, with the measured peak equal
 to the predicted one; zero-, one-trip and nested loops under every policy. Small programs
-lower the length from which runs are compacted (`loops.MIN_RUN`) to exercise that form."""
+lower the length from which runs are compacted (`loop_pieces.MIN_RUN`) to exercise that form."""
 import numpy as np
 import pytest
 
@@ -13,7 +13,7 @@ from adcompiler.ir.parser import parse_module
 from adcompiler.ir.printer import print_module
 from adcompiler.ir.verifier import verify
 from adcompiler.memory import predict_peak
-from adcompiler.remat import loops, parts
+from adcompiler.remat import loop_pieces
 from adcompiler.remat.binomial import advances, binomial_plan, sqrt_plan
 from adcompiler.remat.schedule import schedule
 from adc_runtime import cuda as backend
@@ -26,7 +26,7 @@ POLICIES = ["sqrt", "revolve:1", "revolve:2", "revolve:64", "budget:64KiB", "min
 
 @pytest.fixture
 def compact(monkeypatch):
-    monkeypatch.setattr(loops, "MIN_RUN", 3)
+    monkeypatch.setattr(loop_pieces, "MIN_RUN", 3)
 
 
 def ops(module, fn="f_grad") -> int:
@@ -136,9 +136,11 @@ EDGE = {
 @pytest.mark.parametrize("form", ["a loop per piece", "compact runs", "shared parts"])
 def test_edge_trip_counts_under_every_policy(case, policy, form, monkeypatch):
     """Each form from the first piece: runs and chains as nested loops (`MIN_RUN`), parts
-    of the plan as functions (`parts.MIN_PIECES`)."""
-    monkeypatch.setattr(loops, "MIN_RUN", 3 if form == "compact runs" else loops.MIN_RUN)
-    monkeypatch.setattr(parts, "MIN_PIECES", 1 if form == "shared parts" else parts.MIN_PIECES)
+    of the plan as functions (`parts.MIN_PIECES`, as `loop_pieces` reads it)."""
+    monkeypatch.setattr(loop_pieces, "MIN_RUN",
+                        3 if form == "compact runs" else loop_pieces.MIN_RUN)
+    monkeypatch.setattr(loop_pieces, "MIN_PIECES",
+                        1 if form == "shared parts" else loop_pieces.MIN_PIECES)
     build, inputs = EDGE[case]
     m, data = build(), inputs()
     ref, _ = run_function(m, "f_grad", data)

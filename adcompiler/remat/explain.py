@@ -22,7 +22,7 @@ from ..memory.flops import block_flops, function_flops, op_flops
 from ..memory.liveness import predict_peak
 from ..memory.sizes import format_bytes, value_bytes
 from .binomial import Leaf, Plan, advances, checkpoint_steps, slots, tape_length
-from .loops import find_loop_pairs
+from .loop_pairs import find_loop_pairs
 from .schedule import Schedule
 
 

@@ -30,7 +30,8 @@ from ..ops.registry import has_trait
 from ..passes.clone import clone_module
 from ..passes.dce import dce_function
 from .binomial import Leaf, Plan, binomial_plan, cost, sqrt_plan
-from .loops import LoopPair, Rewrite, find_loop_pairs, rewrite_loop
+from .loop_pairs import LoopPair, Rewrite, find_loop_pairs
+from .loops import rewrite_loop
 from .policy import Policy, parse_policy
 from .straight import StraightLine, schedule_baseline, schedule_straight
 
