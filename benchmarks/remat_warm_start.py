@@ -1,18 +1,20 @@
-"""HiGHS with and without a warm start on the remat MILPs: does handing it the schedule in
-hand (the chain DP's, an enumerated tape option) save time, and is highspy (which takes a
-starting solution) worth depending on against scipy's `milp` (which does not: the
-incumbent can only enter as a cutoff row, objective below it)?
+"""HiGHS on the remat MILPs with the schedule in hand as a cutoff row and without it, through
+highspy (HiGHS's own binding, the solver the project uses) and through scipy's `milp` (an
+older HiGHS): is highspy worth depending on?
 
     python benchmarks/remat_warm_start.py
 
 Part 1, the segment MILPs (`adcompiler/remat/segment_milp.py`) of unrolled transformers
 (2 and 4 blocks, 16 positions, width 16) and of a segment whose values are read late in its
-reverse (`late_reads`): every (segment, cap) solve the schedule makes, each run to its proof in four
-ways; the total seconds and the solves proven. Part 2, the whole-program MILP
+reverse (`late_reads`): every (segment, caps) solve the schedule makes, each run to its
+proof in four ways; the total seconds and the solves proven. Part 2, the whole-program MILP
 (`adcompiler/remat/milp.py`) after the chain DP on the small networks of
-``remat_scale.py --only exact``: seconds to the proof (or to a deadline of
-``--seconds``) with the DP's objective as a cutoff row (through scipy and highspy), with the
-DP's schedule as HiGHS's first solution (where the model holds it), and with neither.
+``remat_scale.py --only exact``: seconds to the proof (or to a deadline of ``--seconds``)
+with the DP's objective as a cutoff row (through scipy and highspy) and without it.
+
+HiGHS's first solution (`Highs.setSolution`) in place of the cutoff was measured by this
+benchmark as of the commit that added it (git log -- benchmarks/remat_warm_start.py): no
+faster, and the columns read back after an improving run were the start's.
 """
 from __future__ import annotations
 
@@ -38,19 +40,9 @@ from adcompiler.remat.dag import build_problem  # noqa: E402
 from adcompiler.remat.segment_milp import SegmentModel  # noqa: E402
 from adcompiler.remat.straight import _apply  # noqa: E402
 
-def _scipy(cost, rows, cols, vals, lo, hi, n, seconds, cutoff=None):
+def _scipy(cost, rows, cols, vals, lo, hi, n, seconds):
     from scipy.optimize import Bounds, LinearConstraint, milp as sp_milp
     from scipy.sparse import coo_matrix
-    rows, cols, vals, lo, hi = list(rows), list(cols), list(vals), list(lo), list(hi)
-    if cutoff is not None:
-        k = len(lo)
-        for c, x in enumerate(cost):
-            if x:
-                rows.append(k)
-                cols.append(c)
-                vals.append(x)
-        lo.append(-np.inf)
-        hi.append(cutoff)
     A = coo_matrix((vals, (rows, cols)), shape=(len(lo), n)).tocsr()
     t = time.perf_counter()
     res = sp_milp(cost, integrality=np.ones(n), bounds=Bounds(np.zeros(n), np.ones(n)),
@@ -59,14 +51,16 @@ def _scipy(cost, rows, cols, vals, lo, hi, n, seconds, cutoff=None):
     return time.perf_counter() - t, res.status == 0 or res.status == 2
 
 
-def _triplets(model: SegmentModel, abar, rev):
+def _triplets(model: SegmentModel, abar, rev, cutoff):
+    flops = {c: model.cst[c] for key, c in model.col.items() if key[0] == "R"}
     return triplets(model.rows + [(model.kept_row, -np.inf, abar - model.const)]
+                    + ([(flops, -np.inf, cutoff - 0.5)] if cutoff is not None else [])
                     + [(r, -np.inf, rev - model.const) for r in model.memory if r])
 
 
 def segments(seconds: float) -> None:
     print("## Segment MILPs: every solve to its proof\n")
-    print("| program | solves | highspy, warm start | highspy, none | scipy, cutoff row "
+    print("| program | solves | highspy, cutoff row | highspy, none | scipy, cutoff row "
           "| scipy, none | proven (of each) |")
     print("|---|---|---|---|---|---|---|")
     for name, text in (("transformer 2", transformer(2)), ("transformer 4", transformer(4)),
@@ -90,24 +84,22 @@ def segments(seconds: float) -> None:
                                  & set(prob.reverse_uses),
                                  ch.start[i], cost)
             for o in opts:
-                x0 = model.assignment(o)
-                if x0 is not None:
-                    jobs.append((model, o.abar, o.rev, x0, o.extra))
-                    lower = model.const + (o.rev - model.const) // 2
-                    if o.abar <= lower < o.rev:
-                        jobs.append((model, o.abar, lower, None, None))
+                jobs.append((model, o.abar, o.rev, o.extra))
+                lower = model.const + (o.rev - model.const) // 2
+                if o.abar <= lower < o.rev:
+                    jobs.append((model, o.abar, lower, None))
         tot = {k: 0.0 for k in ("hs", "hn", "sc", "sn")}
         ok = {k: 0 for k in tot}
-        for model, abar, rev, x0, inc in jobs:
+        for model, abar, rev, inc in jobs:
             n = len(model.lb)
-            trip = _triplets(model, abar, rev)
-            for key, start in (("hs", x0), ("hn", None)):
-                h = highs.build(model.cst, *trip, model.lb, np.ones(n), np.ones(n))
-                r = highs.run(h, seconds, start)
+            for key, cut in (("hs", inc), ("hn", None)):
+                h = highs.build(model.cst, *_triplets(model, abar, rev, cut), model.lb,
+                                np.ones(n), np.ones(n))
+                r = highs.run(h, seconds)
                 tot[key] += r.seconds
                 ok[key] += r.status in ("optimal", "infeasible")
             for key, cut in (("sc", inc), ("sn", None)):
-                t, proven = _scipy(model.cst, *trip, n, seconds, cut)
+                t, proven = _scipy(model.cst, *_triplets(model, abar, rev, cut), n, seconds)
                 tot[key] += t
                 ok[key] += proven
         print(f"| {name} | {len(jobs)} | {tot['hs']:.3f} s | {tot['hn']:.3f} s "
@@ -118,8 +110,8 @@ def segments(seconds: float) -> None:
 def whole(seconds: float) -> None:
     print("\n## The whole-program MILP after the chain DP (its objective as a cutoff)\n")
     print("| model | budget (of store-all) | variables | scipy, cutoff | highspy, cutoff "
-          "| highspy, warm start | highspy, none |")
-    print("|---|---|---|---|---|---|---|")
+          "| highspy, none |")
+    print("|---|---|---|---|---|---|")
     for name, text in (("MLP 8", mlp(8, width=16, batch=16)),
                        ("MLP 16", mlp(16, width=16, batch=16)),
                        ("transformer 2", transformer(2, t=8, d=8)),
@@ -141,13 +133,6 @@ def whole(seconds: float) -> None:
             for engine, cut in (("scipy", cutoff), ("highspy", cutoff)):
                 sol = _whole(model, b, seconds, cut, engine)
                 cells.append(f"{sol[0]:.2f} s {sol[1]}")
-            warm = milp._Model(prob, got[0].clones)
-            x0 = warm.assignment(got[0].clones)
-            if x0 is None or warm.peak_of(x0) > b:
-                cells.append("not held by the model")
-            else:
-                sol = warm.solve(b, seconds, cutoff, x0)[0]
-                cells.append(f"{sol.seconds:.2f} s {sol.status}")
             sol = _whole(model, b, seconds, None, "highspy")
             cells.append(f"{sol[0]:.2f} s {sol[1]}")
             print(f"| {name} | {b:,} ({frac:.0%}) | {len(model.lb):,} | " + " | ".join(cells)

@@ -89,17 +89,31 @@ def solve_chains(prob: Problem, module: Module, dims, budget: int | None, store_
                  ) -> tuple[list[Chain], tuple[Plan, int, Chain] | None]:
     """The chains of `prob` (one-op segments merged into the next, and every cut when that
     differs) and the DP's best schedule over them: the fewest FLOPs that fit `budget`, or
-    (None) the least peak; (plan, exact peak, its chain). Beyond `SECOND_FINE` segments the
-    second chain is solved in half the memory units (the DP's time grows as K^3). With a
-    budget, `solve_chain`'s fallbacks run only when neither chain's first schedules fit,
-    first on the chain whose model reaches the lower peak, and stop at the first that fits.
-    `segment_milp`: the segments' options refined by their MILP (`build_chain`)."""
-    chains = [ch for ch in (build_chain(prob, module, dims, segment_milp=segment_milp),
-                            build_chain(prob, module, dims, merge=False,
-                                        segment_milp=segment_milp)) if ch is not None]
-    if len(chains) == 2 and chains[0].stages == chains[1].stages:
-        chains.pop()
-    units = [UNITS // 2 if k and ch.size > SECOND_FINE else UNITS for k, ch in enumerate(chains)]
+    (None) the least peak; (plan, exact peak, its chain). The merged chain's options are
+    refined by its segments' MILPs (`segment_milp`); where that changed them, the chain
+    with the enumerated options alone runs too (up to `SECOND_FINE` segments: a third DP
+    on longer chains would cost more time than a schedule has), and so does the chain of
+    every cut: the DP's chain model does not see every byte (a plan's exact peak can miss
+    the budget its model fits, and the retries for fewer units cost FLOPs), so the exact
+    peaks decide.
+    Beyond `SECOND_FINE` segments the chain of every cut is solved in half the memory
+    units (the DP's time grows as K^3). With a budget, `solve_chain`'s fallbacks run only
+    when no chain's first schedules fit, first on the chain whose model reaches the lower
+    peak, and stop at the first that fits.
+    `segment_milp`: the merged chain's options refined (`build_chain`)."""
+    merged = build_chain(prob, module, dims, segment_milp=segment_milp)
+    tried = [(merged, UNITS)]
+    if merged is not None and merged.milp.improved and merged.size <= SECOND_FINE:
+        tried.append((build_chain(prob, module, dims, segment_milp=False), UNITS))
+    every = build_chain(prob, module, dims, merge=False, segment_milp=False)
+    if every is not None:
+        tried.append((every, UNITS // 2 if every.size > SECOND_FINE else UNITS))
+    chains, units = [], []
+    for ch, u in tried:
+        if ch is not None and not any(c.stages == ch.stages and c.options == ch.options
+                                      for c in chains):
+            chains.append(ch)
+            units.append(u)
     if budget is None:
         got = [(solve_chain(ch, None, store_all, exact, units=u), ch)
                for ch, u in zip(chains, units)]

@@ -1,11 +1,16 @@
-"""HiGHS on a 0-1 program, through its own Python binding (highspy), with an incumbent.
+"""HiGHS on a 0-1 program, through its own Python binding (highspy).
 
-The remat MILPs always have a schedule in hand before they start (the chain DP's, a tape
-option's): handing it to HiGHS as its first solution (`Highs.setSolution`) lets the search
-prune against it from the root, and a deadline then stops with that schedule or a better
-one, never with nothing. `scipy.optimize.milp` runs the same HiGHS but takes no starting
-solution; there the incumbent could only enter as a cutoff row (objective below it), which
-leaves HiGHS without a solution until it finds one itself.
+The remat MILPs always have a schedule in hand before they start (the chain DP's, an
+enumerated tape option). It enters as a cutoff: a row that keeps the search below its
+objective, so that "infeasible" proves it optimal and a solution found is better. HiGHS can
+also take it as its first solution (`Highs.setSolution`, the `start` of `run`); measured on
+these models that saved no time (benchmarks/remat_warm_start.py), and with HiGHS 1.16 the
+solution read back after a run that improved on it was still the start's columns beside the
+better objective (and a second run of one instance read back the first run's columns
+unless the solver is cleared in between), so `run` clears it first and drops columns whose
+objective disagrees with HiGHS's. highspy
+over `scipy.optimize.milp`: the same solver, in a newer release than scipy bundles, which
+proved several of these models within a deadline where scipy's did not.
 """
 from __future__ import annotations
 
@@ -69,9 +74,11 @@ def build(cost, rows, cols, vals, lo, hi, lb, ub, integer):
 
 def run(h, time_limit: float, start: np.ndarray | None = None) -> Result:
     """Solve `h` (from `build`) for at most `time_limit` seconds. `start`: a feasible
-    assignment, HiGHS's first incumbent."""
+    assignment, HiGHS's first incumbent. `Result.x` is None when no solution is at hand, or
+    when the columns read back do not have the objective HiGHS reports."""
     import highspy
     h.setOptionValue("time_limit", float(max(time_limit, 0.0)))
+    h.clearSolver()       # no solution of an earlier run is read back as this one's
     if start is not None:
         sol = highspy.HighsSolution()
         sol.col_value = np.asarray(start, dtype=np.float64).tolist()
@@ -97,6 +104,8 @@ def run(h, time_limit: float, start: np.ndarray | None = None) -> Result:
     x = np.asarray(h.getSolution().col_value)
     obj = float(info.objective_function_value)
     gap = 0.0 if status == "optimal" else _gap(obj, bound)
+    if abs(float(np.dot(h.getLp().col_cost_, x)) - obj) > 1e-6 * max(1.0, abs(obj)):
+        x = None           # not the solution of that objective (see the module docstring)
     return Result(x, status, obj, bound, gap, seconds)
 
 

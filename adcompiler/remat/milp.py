@@ -76,31 +76,17 @@ class Solution:
         return self.status in ("optimal", "time limit")
 
 
-def _times(prob: Problem, extra: dict[int, list[int]] | None) -> dict:
-    """Clone times of each value: `Problem.clone_times`, and the times of `extra` (an
-    incumbent's clones, time -> op indices) that the model's ranges hold."""
-    times = {v: set(ts) for v, ts in prob.clone_times.items()}
-    for t, ks in (extra or {}).items():
-        for k in ks:
-            v = prob.ops[k].result
-            if v in times and all(prob.born[u] < t <= prob.last[u]
-                                  for u in set(prob.operands(v)) | {v}):
-                times[v].add(t)
-    return {v: sorted(ts) for v, ts in times.items()}
-
-
 class _Model:
-    def __init__(self, prob: Problem, extra: dict[int, list[int]] | None = None):
+    def __init__(self, prob: Problem):
         self.prob = prob
         self.col: dict[tuple, int] = {}
         self.lb: list[float] = []
         self.cost: list[float] = []
         self.rows: list[tuple[dict[int, float], float, float]] = []
-        self.times = times = _times(prob, extra)
         for v in prob.free:
             for t in range(prob.born[v] + 1, prob.last[v] + 1):
                 self._var(("L", v, t), 1.0 if t in prob.uses[v] else 0.0, 0.0)
-        for v, ts in times.items():
+        for v, ts in prob.clone_times.items():
             for t in ts:
                 self._var(("R", v, t), 0.0, float(prob.cost[v] + 1))
         for v in prob.free:
@@ -109,7 +95,7 @@ class _Model:
                 if ("R", v, t) in self.col:
                     row[self.col[("R", v, t)]] = -1.0
                 self.rows.append((row, -np.inf, 0.0))
-        for v, ts in times.items():
+        for v, ts in prob.clone_times.items():
             for t in ts:
                 r = self.col[("R", v, t)]
                 for u in set(prob.operands(v)) | {v}:
@@ -124,46 +110,13 @@ class _Model:
         self.lb.append(lb)
         self.cost.append(cost)
 
-    def assignment(self, clones: dict[int, list[int]]) -> np.ndarray | None:
-        """A clone schedule (time -> op indices) as a point of the model, or None when the
-        model cannot hold it (a clone at a time it has no column for). A value is held at
-        ``t`` when it is cloned there, or read at or after ``t`` before its next clone
-        (by an op, or by a clone of a user)."""
-        prob, col = self.prob, self.col
-        x = np.zeros(len(self.lb))
-        at: dict = {}
-        needs: dict = {v: set(prob.uses[v]) for v in prob.free}
-        for t, ks in clones.items():
-            for k in ks:
-                v = prob.ops[k].result
-                if ("R", v, t) not in col:
-                    return None
-                x[col[("R", v, t)]] = 1
-                at.setdefault(v, set()).add(t)
-                for u in prob.operands(v):
-                    if u in needs:
-                        needs[u].add(t)
-        for v in prob.free:
-            held, mine, need = False, at.get(v, ()), needs[v]
-            for t in range(prob.last[v], prob.born[v], -1):
-                if t in mine:
-                    x[col[("L", v, t)]], held = 1, False
-                    continue
-                held = held or t in need
-                x[col[("L", v, t)]] = held
-        return x
-
-    def solve(self, budget: int | None, time_limit: float, cutoff: float | None = None,
-              start: np.ndarray | None = None) -> tuple[Solution, np.ndarray | None]:
+    def solve(self, budget: int | None, time_limit: float,
+              cutoff: float | None = None) -> tuple[Solution, np.ndarray | None]:
         """Least recomputation within `budget`, or (None) the least model peak. `cutoff`:
-        only schedules whose objective is below it (an incumbent's, `start` when the model
-        holds it: HiGHS's first solution, else a row), so that "infeasible" proves that
-        none is, and "no solution" says that none was found by the deadline."""
+        only schedules whose objective is below it (an incumbent's), so that "infeasible"
+        proves that none is, and "no solution" says that none was found by the deadline."""
         from .highs import build, run, triplets
         prob, n = self.prob, len(self.lb)
-        if start is not None and (budget is None or cutoff is None
-                                  or self.peak_of(start) > budget):
-            start = None
         peak_col = n if budget is None else None
         nv = n + (peak_col is not None)
         cost = np.zeros(nv)
@@ -172,7 +125,7 @@ class _Model:
         else:
             cost[peak_col] = 1.0
         rows = list(self.rows)
-        if cutoff is not None and peak_col is None and start is None:
+        if cutoff is not None and peak_col is None:
             rows.append(({c: x for c, x in enumerate(self.cost) if x}, -np.inf,
                          float(cutoff) - 0.5))
         for t, row in enumerate(self.memory):
@@ -187,11 +140,8 @@ class _Model:
         if peak_col is not None:
             ub[peak_col], integer[peak_col] = np.inf, False
         with _Progress(f"straight-line MILP ({nv:,} variables)", time_limit):
-            res = run(build(cost, *triplets(rows), lb, ub, integer), time_limit, start)
+            res = run(build(cost, *triplets(rows), lb, ub, integer), time_limit)
         sol = Solution(seconds=res.seconds, variables=nv, bound=res.bound)
-        if start is not None and res.x is not None and res.objective > cutoff - 0.5:
-            res.x = None               # the incumbent, not beaten: as if below the cutoff
-            res.status = "infeasible" if res.status == "optimal" else "no solution"
         if res.x is None:
             sol.status, sol.optimal = res.status, res.status == "infeasible"
             return sol, None
@@ -225,25 +175,22 @@ def model_size(prob: Problem) -> int:
 
 
 def solve(prob: Problem, budget: int | None, time_limit: float | None = None,
-          cutoff: float | None = None, incumbent: dict[int, list[int]] | None = None
-          ) -> Solution:
+          cutoff: float | None = None) -> Solution:
     """The clones of least FLOPs whose model peak fits `budget`; with `budget` None, the
     least model peak (then the least FLOPs at that peak, in a second solve). `time_limit`:
     seconds per solve (default: `deadline` of the model's size). A model of more than
     `MAX_VARIABLES` is not solved (status ``too large``). `cutoff` (with a budget): the
-    objective of an incumbent (`objective`); the search looks only below it, and status
-    ``infeasible`` then proves that no schedule of the model is cheaper. `incumbent`: its
-    clones, HiGHS's first solution where the model holds them (its clone times are added
-    to the model's), which HiGHS prunes against from the start."""
+    objective of an incumbent (`objective`); the search looks only below it (a row: as
+    HiGHS's first solution, measured, it saved no time, benchmarks/remat_warm_start.py),
+    and status ``infeasible`` then proves that no schedule of the model is cheaper."""
     size = model_size(prob)
     if size > MAX_VARIABLES:
         return Solution(status="too large", optimal=False, gap=None, variables=size)
-    model = _Model(prob, incumbent if budget is not None and cutoff is not None else None)
+    model = _Model(prob)
     if time_limit is None:
         time_limit = deadline(len(model.lb))
     if budget is not None:
-        start = model.assignment(incumbent) if incumbent and cutoff is not None else None
-        return model.solve(budget, time_limit, cutoff, start)[0]
+        return model.solve(budget, time_limit, cutoff)[0]
     first, _ = model.solve(None, time_limit)
     if not first.feasible or not first.optimal:   # an unproven peak: not worth a second wait
         return first

@@ -20,17 +20,16 @@ it), Checkmate-style over the segment's values and the times of its reverse:
 
 Minimize the clones' FLOPs (then, by weights worth less than one FLOP in all, the bytes
 kept and held) with the kept bytes at most ``abar`` and the held bytes at every time at
-most ``rev``. Each enumerated option is HiGHS's first solution (`highs`) of the
-solve at its own ``abar`` and ``rev``: it is feasible there, so the MILP never returns
-worse. One more solve per option, at a ``rev`` halfway down to the bytes always kept, may
-find a point the enumeration cannot reach. The new options join the enumerated ones, and
-those no other beats are kept. The segment's reverse is modelled as the MILP's window
+most ``rev``. Each enumerated option is the incumbent of the solve at its own ``abar`` and
+``rev``, as a cutoff (`highs`): a solution found recomputes fewer FLOPs within the same
+bytes, and "infeasible" proves the option optimal there. One more solve per option, at a
+``rev`` halfway down to the bytes always kept, may find a point the enumeration cannot
+reach. The new options join the enumerated ones, and those no other beats are kept. The segment's reverse is modelled as the MILP's window
 alone: what the DP adds around it (``over``, the segment's input) is the chain's, as for the
 enumerated options.
 
-Every solve has a deadline (`SECONDS`); one stopped there keeps its best solution (at worst
-the warm start, which is among the options anyway) and is counted in `Report` as not
-proven. The options are computed once per segment structure in a process (`refine_cached`):
+Every solve has a deadline (`SECONDS`); one stopped there keeps its best solution, if any
+(the incumbent stays among the options anyway), and is counted in `Report` as not proven. The options are computed once per segment structure in a process (`refine_cached`):
 blocks repeat within a network and across the budgets of a sweep. Measured on transformer
 blocks, the segments solve in 1 to 2 ms each, far under the deadline
 (benchmarks/remat_warm_start.py).
@@ -156,34 +155,14 @@ class SegmentModel:
     def size(self) -> int:
         return len(self.lb)
 
-    def assignment(self, opt: TapeOption) -> np.ndarray | None:
-        """An enumerated option as a point of this model (None if it is not one)."""
-        prob, ops, col = self.prob, self.ops, self.col
-        x = np.zeros(len(self.lb))
-        kept = {r for p in opt.keep for r in prob.ops[ops[p]].results}
-        clones: dict[Value, list[int]] = {}
-        for p, dt in opt.again:
-            clones.setdefault(prob.ops[ops[p]].result, []).append(self.start + dt)
-        for v in self.vals:
-            held = v in kept
-            x[col[("K", v)]] = held
-            ts = sorted(clones.get(v, ()))
-            last_need = self.last.get(v, self.start - 1)
-            for t in range(self.start, last_need + 1):
-                if t in ts:
-                    if ("R", v, t) not in col:
-                        return None
-                    x[col[("R", v, t)]] = 1
-                    held = True
-                x[col[("L", v, t)]] = held
-        return x
-
     def _highs(self):
-        """The model in HiGHS, once; its last rows are the caps (`solve` sets them)."""
+        """The model in HiGHS, once; its last rows are the caps (`solve` sets them): the
+        kept bytes, the clones' FLOPs (the cutoff), the held bytes at each time."""
         if self.h is None:
             from .highs import build, triplets
             n = len(self.lb)
-            caps = [(self.kept_row, -np.inf, 0.0)] + \
+            flops = {c: self.cst[c] for key, c in self.col.items() if key[0] == "R"}
+            caps = [(self.kept_row, -np.inf, 0.0), (flops, -np.inf, np.inf)] + \
                 [(row, -np.inf, 0.0) for row in self.memory if row]
             rows, cols, vals, lo, hi = triplets(self.rows + caps)
             self.caps = np.arange(len(self.rows), len(lo), dtype=np.int32)
@@ -191,16 +170,18 @@ class SegmentModel:
                            np.ones(n))
         return self.h
 
-    def solve(self, abar: int, rev: int, start: np.ndarray | None, seconds: float):
+    def solve(self, abar: int, rev: int, cutoff: float | None, seconds: float):
         """The least FLOPs of clones keeping at most `abar` bytes and holding at most `rev`
-        during the reverse; `start`: an incumbent (HiGHS's first solution)."""
+        during the reverse; `cutoff`: fewer FLOPs than that (an incumbent's), so that
+        "infeasible" proves there are none."""
         from .highs import run
         h = self._highs()
         k = len(self.caps)
         hi = np.full(k, float(rev - self.const))
         hi[0] = float(abar - self.const)
+        hi[1] = np.inf if cutoff is None else float(cutoff) - 0.5
         h.changeRowsBounds(k, self.caps, np.full(k, -np.inf), hi)
-        return run(h, seconds, start)
+        return run(h, seconds)
 
     def option(self, x: np.ndarray) -> TapeOption:
         """The tape option of a solution."""
@@ -244,15 +225,12 @@ def refine(prob: Problem, ops: list[int], cut: Value | None, tape: set[Value],
     rep.segments = 1
     found = []
     for o in options:
-        x0 = model.assignment(o)
-        if x0 is None:
-            continue
-        caps = [(o.abar, o.rev, x0)]        # its own caps, from it: never worse
+        caps = [(o.abar, o.rev, o.extra)]      # its own caps, fewer FLOPs than it
         lower = model.const + (o.rev - model.const) // 2
-        if o.abar <= lower < o.rev:         # less held during the reverse
+        if o.abar <= lower < o.rev:            # less held during the reverse
             caps.append((o.abar, lower, None))
-        for abar, rev, x in caps:
-            res = model.solve(abar, rev, x, seconds)
+        for abar, rev, cutoff in caps:
+            res = model.solve(abar, rev, cutoff, seconds)
             rep.solves += 1
             if res.status in ("optimal", "infeasible"):
                 rep.proven += 1

@@ -145,7 +145,8 @@ def schedule_straight(module: Module, fn: str, budget: int | None, dims: Mapping
     ch = chains[0] if chains else None
     if ch is not None:
         info.segments = (dp[2] if dp is not None else ch).size
-        info.segment_milp = (dp[2] if dp is not None else ch).milp.as_dict()
+        info.segment_milp = {**ch.milp.as_dict(),
+                             "used": dp is not None and dp[2] is ch and ch.milp.improved > 0}
     if dp is not None and dp[0].clones:     # (no clones: the store-all candidate below)
         plan, peak = dp[:2]
         cands.append((peak, _flops(prob, plan.clones), "chain-dp", False, None,
@@ -155,10 +156,9 @@ def schedule_straight(module: Module, fn: str, budget: int | None, dims: Mapping
     size = model_size(prob) if prob.clone_times else 0
     sol = Solution(status="not run", optimal=False, gap=None, variables=size)
     if prob.clone_times and (ch is None or size <= MILP_WHOLE):
-        incumbent = min(fits, key=lambda c: c[1])[5][4] if budget is not None and fits \
-            else None
-        cutoff = objective(prob, incumbent) if incumbent is not None else None
-        sol = solve(prob, budget, time_limit, cutoff, incumbent)
+        cutoff = objective(prob, min(fits, key=lambda c: c[1])[5][4]) \
+            if budget is not None and fits else None
+        sol = solve(prob, budget, time_limit, cutoff)
         info.seconds += sol.seconds
         if cutoff is not None and sol.status == "infeasible":   # none cheaper: proven
             best = min(fits, key=lambda c: c[1])
