@@ -54,7 +54,7 @@ def _scipy(cost, rows, cols, vals, lo, hi, n, seconds):
 def _triplets(model: SegmentModel, abar, rev, cutoff):
     flops = {c: model.cst[c] for key, c in model.col.items() if key[0] == "R"}
     return triplets(model.rows + [(model.kept_row, -np.inf, abar - model.const)]
-                    + ([(flops, -np.inf, cutoff - 0.5)] if cutoff is not None else [])
+                    + ([(flops, -np.inf, cutoff)] if cutoff is not None else [])
                     + [(r, -np.inf, rev - model.const) for r in model.memory if r])
 
 

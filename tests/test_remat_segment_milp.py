@@ -56,13 +56,15 @@ def test_the_milp_never_does_worse_than_the_enumerated_option(tmp_path):
         model = _segment(prob, plain, i)
         for o in opts:
             # within the option's own bytes: never more FLOPs than it (it is a point of
-            # the model), and below it as a cutoff either fewer or none (a proof)
+            # the model), with it as the cutoff the same optimum
             res = model.solve(o.abar, o.rev, None, 10.0)
             assert res.status == "optimal"
             got = model.option(res.x)
             assert got.extra <= o.extra and got.abar <= o.abar and got.rev <= o.rev
             cut = model.solve(o.abar, o.rev, o.extra, 10.0)
-            assert cut.status == ("optimal" if got.extra < o.extra else "infeasible")
+            assert cut.status == "optimal" and model.option(cut.x).extra == got.extra
+            below = model.solve(o.abar, o.rev, got.extra - 1, 10.0)
+            assert below.status == "infeasible" and below.x is None
             solved += 1
     assert solved >= 5
 

@@ -21,8 +21,9 @@ it), Checkmate-style over the segment's values and the times of its reverse:
 Minimize the clones' FLOPs (then, by weights worth less than one FLOP in all, the bytes
 kept and held) with the kept bytes at most ``abar`` and the held bytes at every time at
 most ``rev``. Each enumerated option is the incumbent of the solve at its own ``abar`` and
-``rev``, as a cutoff (`highs`): a solution found recomputes fewer FLOPs within the same
-bytes, and "infeasible" proves the option optimal there. One more solve per option, at a
+``rev``, as a cutoff (`highs`: at most its FLOPs): the solution recomputes no more and
+holds no more, and often less, since the model frees a kept value after its last use
+where the enumeration counts it for the whole reverse. One more solve per option, at a
 ``rev`` halfway down to the bytes always kept, may find a point the enumeration cannot
 reach. The new options join the enumerated ones, and those no other beats are kept. The segment's reverse is modelled as the MILP's window
 alone: what the DP adds around it (``over``, the segment's input) is the chain's, as for the
@@ -172,14 +173,14 @@ class SegmentModel:
 
     def solve(self, abar: int, rev: int, cutoff: float | None, seconds: float):
         """The least FLOPs of clones keeping at most `abar` bytes and holding at most `rev`
-        during the reverse; `cutoff`: fewer FLOPs than that (an incumbent's), so that
-        "infeasible" proves there are none."""
+        during the reverse, then the fewest bytes; `cutoff`: at most that many FLOPs (an
+        incumbent's: the search prunes everything costlier)."""
         from .highs import run
         h = self._highs()
         k = len(self.caps)
         hi = np.full(k, float(rev - self.const))
         hi[0] = float(abar - self.const)
-        hi[1] = np.inf if cutoff is None else float(cutoff) - 0.5
+        hi[1] = np.inf if cutoff is None else float(cutoff)
         h.changeRowsBounds(k, self.caps, np.full(k, -np.inf), hi)
         return run(h, seconds)
 
@@ -225,7 +226,7 @@ def refine(prob: Problem, ops: list[int], cut: Value | None, tape: set[Value],
     rep.segments = 1
     found = []
     for o in options:
-        caps = [(o.abar, o.rev, o.extra)]      # its own caps, fewer FLOPs than it
+        caps = [(o.abar, o.rev, o.extra)]      # its own caps, no more FLOPs than it
         lower = model.const + (o.rev - model.const) // 2
         if o.abar <= lower < o.rev:            # less held during the reverse
             caps.append((o.abar, lower, None))
