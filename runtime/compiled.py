@@ -172,9 +172,9 @@ class CompiledExecutor(Executor):
                     body.append(f"{ex}.live = n0 + {live}")
                 run = runs.get(k)
                 if op.name == "call" and borrows_args(self.module.functions[op.attrs["callee"]]):
-                    keep = borrowed_positions(op, set(dead.get(k, ())))
+                    stay = borrowed_positions(op, set(dead.get(k, ())))
                     body += self._via_interpreter(p, op, [], [p.var(r) for r in op.results],
-                                                  keep)
+                                                  stay)
                 elif run is not None:
                     if k == run.last:
                         body += self._run_lines(p, run)

@@ -8,6 +8,7 @@ import pytest
 
 import adcompiler as adc
 from adcompiler.passes.train_step import gradient_values
+from adc_runtime.errors import RunError
 
 MLP = "samples/mlp.tdsl"
 
@@ -180,6 +181,42 @@ def test_remat_schedule_gives_the_same_step_bits():
     for d1, d2 in ((p1, p2), (s1, s2), (m1, m2)):
         for k in d1:
             np.testing.assert_array_equal(d1[k], d2[k])
+
+
+def rnn_data(T, seed=4):
+    rng = np.random.default_rng(seed)
+    params = {"Wx": rng.normal(size=(3, 4)) * 0.3, "Wh": rng.normal(size=(4, 4)) * 0.3,
+              "b": rng.normal(size=4) * 0.1, "wo": rng.normal(size=4)}
+    batch = {"xs": rng.normal(size=(T, 3)), "ys": rng.normal(size=T)}
+    return params, batch
+
+
+@pytest.mark.parametrize("policy", ["revolve:2", "sqrt"])
+def test_remat_of_a_loop_in_a_step_binds_its_trip_count(policy):
+    # the loop's count is symbolic in the program: the step is specialized to dims' T, so
+    # the loop really is checkpointed (400 steps under revolve:2 are emitted as shared
+    # parts that borrow their arguments, beside the step's in-place parameters)
+    params, batch = rnn_data(400)
+    plain = adc.train_step("samples/rnn.tdsl", adc.optim.adam(1e-2), dtype="f64")
+    remat = adc.train_step("samples/rnn.tdsl", adc.optim.adam(1e-2), dtype="f64",
+                           remat=policy, dims={"T": 400})
+    grad = adc.print_module(remat.module).split("func @rnn_step")[0]
+    assert "h_stack" not in grad
+    if policy == "revolve:2":
+        assert any(f.attrs.get("borrows_args") for f in remat.module.functions.values())
+    p1, s1, m1 = run_steps(plain, params, batch, n=2)
+    p2, s2, m2 = run_steps(remat, params, batch, n=2)
+    for d1, d2 in ((p1, p2), (s1, s2), (m1, m2)):
+        for k in d1:
+            np.testing.assert_array_equal(d1[k], d2[k])
+    with pytest.raises(RunError, match=r"declared f64\[400, 3\]"):   # another T is refused
+        remat(p2, s2, rnn_data(300)[1])
+
+
+def test_remat_of_a_loop_with_an_unbound_trip_count_is_refused():
+    with pytest.raises(adc.AdcError, match=r"bind T .*dims=\{'T': N\}") as e:
+        adc.train_step("samples/rnn.tdsl", adc.optim.adam(1e-2), remat="revolve:2")
+    assert e.value.loc.line == 9
 
 
 def test_accumulating_step_round_trips_and_emits():

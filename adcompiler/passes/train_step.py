@@ -82,7 +82,9 @@ class TrainStep(ModulePass):
                 not fn.result_types[0].is_float:
             raise AdcError(f"a training step needs a loss: '{fn_name}' must return one "
                            f"float scalar, not ({', '.join(map(str, fn.result_types))})", fn.loc)
-        from .remat import Remat
+        from .remat import Remat, parse_bindings
+        if self.remat != "none":
+            module = _bind_trip_counts(module, fn_name, parse_bindings(self.bind))
         passes = [Reverse(wrt=self.wrt, fn=fn_name), *parse_pipeline(CLEANUP)]
         if self.remat != "none":
             passes += [Remat(policy=self.remat, fn=f"{fn_name}_grad", bind=self.bind),
@@ -96,6 +98,36 @@ class TrainStep(ModulePass):
             raise AdcError(f"the module already has a function '{step.name}'")
         module.add(step)
         return module
+
+
+def _bind_trip_counts(module: Module, fn_name: str, bind: dict[str, int]) -> Module:
+    """`module` with the symbolic trip counts of `fn_name`'s loops (and its callees')
+    bound from `bind`, as ``adc compile --bind`` does: a loop's checkpoint schedule is
+    made for a known number of steps, and the bound types then refuse a batch of another
+    length. A loop whose count stays symbolic is refused, since a remat policy it would
+    silently leave out stores every step."""
+    from ..cli.dtype import bind_dims
+    from ..ops.registry import has_trait
+    seen, todo, counts = set(), [fn_name], {}
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in module:
+            continue
+        seen.add(name)
+        for op in module[name].body.walk():
+            if has_trait(op, "calls"):
+                todo.append(op.attrs["callee"])
+            n = op.attrs.get("n") if has_trait(op, "loop") else None
+            if isinstance(n, str):
+                counts.setdefault(n, op.loc)
+    missing = {n: loc for n, loc in counts.items() if n not in bind}
+    if missing:
+        n, loc = next(iter(missing.items()))
+        raise AdcError(f"remat in a training step needs the loop's trip count: bind {n} "
+                       f"(adc train --bind {n}=N, or train_step(..., dims={{'{n}': N}}))",
+                       loc)
+    used = {n: bind[n] for n in counts}
+    return bind_dims(module, used) if used else module
 
 
 def build_step(fn: Function, adjoint: Function, wrt: list[str], opt, clip: float | None,
