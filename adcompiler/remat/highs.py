@@ -51,7 +51,8 @@ def build(cost, rows, cols, vals, lo, hi, lb, ub, integer):
     import highspy
     from scipy.sparse import csc_matrix
     n = len(cost)
-    h = highspy._Highs()    # the binding itself: `Highs` adds callbacks and prints a banner
+    # the binding itself where it is exposed: `Highs` adds callbacks and prints a banner
+    h = getattr(highspy, "_Highs", highspy.Highs)()
     h.setOptionValue("output_flag", False)
     h.setOptionValue("threads", 1)
     lp = highspy.HighsLp()
