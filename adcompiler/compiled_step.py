@@ -115,8 +115,15 @@ class CompiledStep:
         self._last: list[weakref.ref] = []  # what the last call returned, in that order
         # the outputs by place: the parameters and the state, then the metrics
         self._metric_names = [k for k in self.outputs if k not in self._dtypes]
-        self._pick_held = _picker([self.outputs.index(n) for n in self._held_names])
-        self._pick_metrics = _picker([self.outputs.index(n) for n in self._metric_names])
+        from adc_runtime.executor import picker
+        self._pick_held = picker([self.outputs.index(n) for n in self._held_names])
+        self._pick_metrics = picker([self.outputs.index(n) for n in self._metric_names])
+        # the runner's inputs in the function's order, from the parameters, the state and
+        # the batch in that order
+        given = self._held_names + self.batch_names
+        order = [a.name for a in fn.args]
+        self._arrange = picker([given.index(n) for n in order]) \
+            if sorted(order) == sorted(given) else None
 
     def init(self, params: Mapping[str, Any]) -> dict:
         """The initial optimizer state for `params`: the counter ``step`` = 0 and zeros for
@@ -131,28 +138,35 @@ class CompiledStep:
 
     def __call__(self, params: Mapping[str, Any], state: Mapping[str, Any],
                  batch: Mapping[str, Any]) -> tuple[dict, dict, dict]:
-        for what, given, names in (("params", params, self.params),
-                                   ("state", state, self.state_names),
-                                   ("batch", batch, self.batch_names)):
-            if given.keys() != self._keys[what]:
-                self._check(what, given, names)
+        keys = self._keys
+        if params.keys() != keys["params"]:
+            self._check("params", params, self.params)
+        if state.keys() != keys["state"]:
+            self._check("state", state, self.state_names)
+        if batch.keys() != keys["batch"]:
+            self._check("batch", batch, self.batch_names)
         held = [params[n] for n in self.params] + [state[n] for n in self.state_names]
         again = self._returned_last(held)
         if not again:
             held = self._take(held)
-        named = dict(zip(self._held_names, held))
-        for name in self.batch_names:
-            named[name] = self._split(name, batch[name])
+        if self.accumulate == 1:
+            given = held + [batch[name] for name in self.batch_names]
+        else:
+            given = held + [self._split(name, batch[name]) for name in self.batch_names]
         if self._runner is None:
             self._runner = self._made = runner(self.module, self.fn_name, self.device,
                                                donate=True, fuse=self.fuse is True)
+        if self._arrange is not None:
+            run, inputs = self._runner.run, self._arrange(given)
+        else:
+            run, inputs = self._runner, dict(zip(self._held_names + self.batch_names, given))
         start = time.perf_counter() if self._unfused_s is not None else None
         if self.comm is None:
-            outs, self.stats = self._runner(named, self.dims)
+            outs, self.stats = run(inputs, self.dims)
         else:
             from adc_runtime.collectives import using
             with using(self.comm):
-                outs, self.stats = self._runner(named, self.dims)
+                outs, self.stats = run(inputs, self.dims)
         if start is not None:
             self._count_unfused(time.perf_counter() - start)
         returned = self._pick_held(outs)
@@ -247,10 +261,3 @@ def _np_dtype(dtype: str) -> str:
     from adc_runtime.kernels import DTYPES
     return DTYPES[dtype]
 
-
-def _picker(places: list[int]):
-    """``items -> [items[j] for j in places]``, in one C call."""
-    if len(places) < 2:
-        return lambda items: [items[j] for j in places]
-    get = operator.itemgetter(*places)
-    return lambda items: list(get(items))

@@ -118,12 +118,12 @@ class CompiledExecutor(Executor):
         self._programs: dict[int, object] = {}  # id(function) -> its compiled program
 
     def call(self, fn, arrays: list, borrowed: frozenset = frozenset()) -> list:
-        if self.plan_buffers and id(fn) not in self._arenas:
-            self._allocate_arena(fn)
-        self.room_for_calls()
         key = (id(fn), borrowed) if borrowed else id(fn)
         program = self._programs.get(key)
-        if program is None:
+        if program is None:  # the first call: the arena and the frames, then the program
+            if self.plan_buffers and id(fn) not in self._arenas:
+                self._allocate_arena(fn)
+            self.room_for_calls()
             program = self._programs[key] = self.compile_function(fn, borrowed)
         try:
             return program(*arrays)

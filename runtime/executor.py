@@ -9,6 +9,7 @@ start; `adcompiler.memory` predicts this figure from the IR alone.
 """
 from __future__ import annotations
 
+import operator
 import sys
 from collections import ChainMap
 from typing import Any, Mapping
@@ -22,6 +23,7 @@ from .buffers import donations, plan_block, stacked_in_place, value_nbytes
 from .kernels import BUILTIN, DTYPES, ELEMENTWISE_OUT, KERNELS, OUT_KERNELS, OUT_RULES
 from .liveness import borrowed_positions, borrows_args, frames_needed, last_uses
 
+_dtype, _shape = operator.attrgetter("dtype"), operator.attrgetter("shape")
 IR_DTYPES = {v: k for k, v in DTYPES.items()}  # "float32" -> "f32"
 SHAPE_ATTRS = ("shape", "n")  # attributes that may hold symbolic dimensions
 ANNOTATION_ATTRS = ("recompute",)  # marks for readers of the IR, not kernel options
@@ -115,6 +117,7 @@ class Executor:
         self._arena_views: dict[Any, Any] = {}  # a value written into stacks -> its own view
         self._prepared: dict[Any, tuple] = {}  # op -> what `run_op` needs (`_prepare`)
         self._donations: dict[int, list] = {}  # id(function) -> `buffers.donations`
+        self._donors: dict[int, tuple] = {}   # id(function) -> (picker, arrays last donated)
         self._frames: int | None = None       # Python frames the deepest chain of calls needs
 
     # -- execution ------------------------------------------------------------------------
@@ -165,8 +168,16 @@ class Executor:
         if pairs is None:
             pairs = self._donations[id(fn)] = donations(
                 fn, self.in_place_results, self.writes_elementwise)
+            self._donors[id(fn)] = (picker([j for _, j in pairs]), None)
+        pick, last = self._donors[id(fn)]
+        given = pick(arrays)
+        # the arrays of the last call again (a training step's): their views are in place
+        if last is not None and len(given) == len(last) and all(map(operator.is_, given, last)):
+            return
         for v, j in pairs:
             self._views[v] = arrays[j]
+        # kept once the arena is made (its views may not replace the donated ones after)
+        self._donors[id(fn)] = (pick, given if id(fn) in self._arenas else None)
 
     def writes_elementwise(self, op) -> bool:
         """Whether `op`'s in-place kernel reads each element of its operands before it writes
@@ -447,24 +458,39 @@ class Runner:
 
     def __call__(self, inputs: Mapping[str, Any], dims: Mapping[str, int] | None = None):
         """Run on named `inputs`; returns (outputs, stats)."""
+        if self._declared is None:
+            self._declare()
+        try:
+            arrays = [inputs[name] for name in self._names]
+        except KeyError:
+            missing = [name for name in self._names if name not in inputs]
+            raise RunError(f"missing input '{missing[0]}'") from None
+        return self.run(arrays, dims)
+
+    def _declare(self) -> None:
+        self._declared = [(a, a.name, self.xp.dtype(DTYPES[a.type.dtype])) for a in self.fn.args]
+        self._names = [a.name for a in self.fn.args]
+        self._wants = [want for _, _, want in self._declared]
+        self._array_types = {self.xp.ndarray}
+
+    def run(self, arrays: list, dims: Mapping[str, int] | None = None):
+        """`__call__` on the inputs in the function's order, a list this call may change:
+        what a caller that knows the order saves (no dict of inputs built and read)."""
         fn = self.fn
         if self._declared is None:
-            self._declared = [(a, a.name, self.xp.dtype(DTYPES[a.type.dtype])) for a in fn.args]
-            self._names = [a.name for a in fn.args]
+            self._declare()
         ndarray = self.xp.ndarray
-        try:
-            arrays = [inputs[name] for _, name, _ in self._declared]
-        except KeyError:
-            missing = [a.name for a in fn.args if a.name not in inputs]
-            raise RunError(f"missing input '{missing[0]}'") from None
-        for j, (a, name, want) in enumerate(self._declared):
-            v = arrays[j]
-            # as given: the common case (NumPy's built-in dtypes are one object each)
-            if type(v) is not ndarray or (v.dtype is not want and v.dtype != want):
-                arrays[j] = convert_input(name, v, a.type.dtype, str(a.type), self.xp)
+        # as given, checked in two passes: the common case (NumPy's built-in dtypes are one
+        # object each, which the list comparison takes as equal without comparing them)
+        if set(map(type, arrays)) != self._array_types or \
+                list(map(_dtype, arrays)) != self._wants:
+            for j, (a, name, want) in enumerate(self._declared):
+                v = arrays[j]
+                if type(v) is not ndarray or (v.dtype is not want and v.dtype != want):
+                    arrays[j] = convert_input(name, v, a.type.dtype, str(a.type), self.xp)
         # the binding is a function of the input shapes and `dims`: worked out once per
         # set of shapes (the common case: every step has the same)
-        shapes = (tuple([a.shape for a in arrays]), tuple(dims.items()) if dims else ())
+        shapes = (tuple(map(_shape, arrays)), tuple(dims.items()) if dims else ())
         known = self._bindings.get(shapes)
         if known is None:
             bound = bind_dims(fn, arrays, dims)
@@ -486,9 +512,9 @@ class Runner:
         if self.donate:
             ex.donate(fn, arrays)
         outs = ex.call(fn, arrays)
-        if not all([type(o) is ndarray for o in outs]):
-            outs = [o if type(o) is ndarray else self.xp.asarray(o)  # no NumPy scalars
-                    for o in outs]
+        if set(map(type, outs)) != self._array_types:  # no NumPy scalars
+            asarray = self.xp.asarray
+            outs = [o if type(o) is ndarray else asarray(o) for o in outs]
         return outs, {"peak_bytes": ex.peak, "arena_bytes": ex.arena_bytes, "dims": dict(bound)}
 
 
@@ -500,3 +526,11 @@ def run_function(module, fn_name: str, inputs: Mapping[str, Any], xp=numpy,
     cls = executor or Executor
     return Runner(module, fn_name, xp,
                   lambda bound: cls(module, xp, bound, plan_buffers))(inputs, dims)
+
+
+def picker(places: list[int]):
+    """``items -> [items[j] for j in places]`` as a list, in one C call."""
+    if len(places) < 2:
+        return lambda items: [items[j] for j in places]
+    get = operator.itemgetter(*places)
+    return lambda items: list(get(items))
