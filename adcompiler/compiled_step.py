@@ -116,6 +116,11 @@ class CompiledStep:
         # the outputs by place: the parameters and the state, then the metrics
         self._metric_names = [k for k in self.outputs if k not in self._dtypes]
         from adc_runtime.executor import picker
+        self._pick_params = picker(self.params)  # (the keys are checked first)
+        self._pick_state = picker(self.state_names)
+        # NumPy arrays: their flag read in one C call (another array module: `_writeable`)
+        self._writeable = _writeable if self._xp is not numpy else \
+            operator.attrgetter("flags.writeable")
         self._pick_held = picker([self.outputs.index(n) for n in self._held_names])
         self._pick_metrics = picker([self.outputs.index(n) for n in self._metric_names])
         # the runner's inputs in the function's order, from the parameters, the state and
@@ -145,7 +150,7 @@ class CompiledStep:
             self._check("state", state, self.state_names)
         if batch.keys() != keys["batch"]:
             self._check("batch", batch, self.batch_names)
-        held = [params[n] for n in self.params] + [state[n] for n in self.state_names]
+        held = self._pick_params(params) + self._pick_state(state)
         again = self._returned_last(held)
         if not again:
             held = self._take(held)
@@ -207,7 +212,7 @@ class CompiledStep:
         common case, checked in one pass): the step may write over them again."""
         last = self._last
         return (len(last) == len(held) and all(map(operator.is_, held, [r() for r in last]))
-                and all([getattr(a.flags, "writeable", True) for a in held]))
+                and all(map(self._writeable, held)))
 
     def _remember(self, returned: list) -> None:
         """Keep weak references to the arrays returned for the parameters and the state,
@@ -235,8 +240,7 @@ class CompiledStep:
         call is the same array), else a copy of its own."""
         ref = self._owned.get(id(a))
         want = self._dtypes[name]
-        if ref is not None and ref() is a and a.dtype == want and \
-                getattr(a.flags, "writeable", True) and \
+        if ref is not None and ref() is a and a.dtype == want and self._writeable(a) and \
                 not any(b is a for b in taken.values()):
             return a
         return self._own(self._xp.array(a, dtype=want, copy=True))
@@ -255,6 +259,10 @@ class CompiledStep:
     def __repr__(self) -> str:
         return (f"<CompiledStep {self.fn_name}(params: {', '.join(self.params)}; "
                 f"batch: {', '.join(self.batch_names)})>")
+
+
+def _writeable(a) -> bool:
+    return getattr(a.flags, "writeable", True)
 
 
 def _np_dtype(dtype: str) -> str:

@@ -528,8 +528,9 @@ def run_function(module, fn_name: str, inputs: Mapping[str, Any], xp=numpy,
                   lambda bound: cls(module, xp, bound, plan_buffers))(inputs, dims)
 
 
-def picker(places: list[int]):
-    """``items -> [items[j] for j in places]`` as a list, in one C call."""
+def picker(places: list):
+    """``items -> [items[j] for j in places]`` as a list, in one C call (`places`: indices
+    of a sequence or keys of a mapping)."""
     if len(places) < 2:
         return lambda items: [items[j] for j in places]
     get = operator.itemgetter(*places)
