@@ -2,15 +2,16 @@
 
 The remat MILPs always have a schedule in hand before they start (the chain DP's, an
 enumerated tape option). It enters as a cutoff: a row that keeps the search below its
-objective, so that "infeasible" proves it optimal and a solution found is better. HiGHS can
-also take it as its first solution (`Highs.setSolution`, the `start` of `run`); measured on
-these models that saved no time (benchmarks/remat_warm_start.py), and with HiGHS 1.16 the
-solution read back after a run that improved on it was still the start's columns beside the
-better objective (and a second run of one instance read back the first run's columns
-unless the solver is cleared in between), so `run` clears it first and drops columns whose
-objective disagrees with HiGHS's. highspy
-over `scipy.optimize.milp`: the same solver, in a newer release than scipy bundles, which
-proved several of these models within a deadline where scipy's did not.
+objective, so that "infeasible" proves it optimal and a solution found is better. Handing
+it to HiGHS as its first solution (`Highs.setSolution`) was measured on these models and
+saved no time; with HiGHS 1.16 the columns read back after a run that improved on such a
+start were still the start's, beside the better objective, and a second run of one
+instance read back the first run's columns unless the solver is cleared in between. So
+`run` clears the solver first and drops columns whose objective disagrees with HiGHS's.
+
+highspy rather than `scipy.optimize.milp`: the same solver, in a newer release than scipy
+bundles, which proved several of these models within a deadline where scipy's did not
+(benchmarks/remat_warm_start.py).
 """
 from __future__ import annotations
 
@@ -73,18 +74,13 @@ def build(cost, rows, cols, vals, lo, hi, lb, ub, integer):
     return h
 
 
-def run(h, time_limit: float, start: np.ndarray | None = None) -> Result:
-    """Solve `h` (from `build`) for at most `time_limit` seconds. `start`: a feasible
-    assignment, HiGHS's first incumbent. `Result.x` is None when no solution is at hand, or
-    when the columns read back do not have the objective HiGHS reports."""
+def run(h, time_limit: float) -> Result:
+    """Solve `h` (from `build`) for at most `time_limit` seconds. `Result.x` is None when
+    no solution is at hand, or when the columns read back do not have the objective HiGHS
+    reports."""
     import highspy
     h.setOptionValue("time_limit", float(max(time_limit, 0.0)))
     h.clearSolver()       # no solution of an earlier run is read back as this one's
-    if start is not None:
-        sol = highspy.HighsSolution()
-        sol.col_value = np.asarray(start, dtype=np.float64).tolist()
-        sol.value_valid = True
-        h.setSolution(sol)
     t0 = time.perf_counter()
     h.run()
     seconds = time.perf_counter() - t0
@@ -110,10 +106,9 @@ def run(h, time_limit: float, start: np.ndarray | None = None) -> Result:
     return Result(x, status, obj, bound, gap, seconds)
 
 
-def solve(cost, rows, cols, vals, lo, hi, lb, ub, integer, time_limit: float,
-          start: np.ndarray | None = None) -> Result:
+def solve(cost, rows, cols, vals, lo, hi, lb, ub, integer, time_limit: float) -> Result:
     """`build` and `run` once."""
-    return run(build(cost, rows, cols, vals, lo, hi, lb, ub, integer), time_limit, start)
+    return run(build(cost, rows, cols, vals, lo, hi, lb, ub, integer), time_limit)
 
 
 def _gap(value: float, bound: float | None) -> float | None:
