@@ -13,14 +13,14 @@ them to a fixed point. It is generic:
 """
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 
 from ..ir.builder import Builder
-from ..ir.core import Block, Function, Module, Op, UseLists, Value, blocks
+from ..ir.core import Block, Function, Module, Op, Value
 from ..ops import registry
 from ..ops.patterns import (Pattern, all_patterns, match_op, may_match, names_fit,
                             root_names)
+from .cse import pure_op_names
 from .pipeline import FunctionPass, register_pass
 
 
@@ -42,8 +42,9 @@ class _Driver:
     Patterns look only at an op's operands and the ops defining them, never at its users,
     so a sweep in program order reaches the fixed point: when an op is replaced, its users
     come later in the sweep (or inside a later op's region) and are matched then. Ops a
-    rewrite builds are matched before the op they replace is dropped. Uses are rewritten
-    through use lists, so a fold costs the size of its users, not of the function.
+    rewrite builds are matched before the op they replace is dropped. The same order
+    rewrites uses: a replaced value is recorded, and each op visited later takes the
+    replacements of its operands, so a fold costs nothing beyond its own op.
     """
 
     def __init__(self, fn: Function, table: dict[str, list[Pattern]]):
@@ -51,8 +52,7 @@ class _Driver:
         # this test on names before any value is looked at
         self.table = {name: [(p, root_names(p.match)) for p in pats]
                       for name, pats in table.items()}
-        self.fits: dict[tuple, list[Pattern]] = {}  # (op, operands' ops) -> candidates
-        self.uses = UseLists(fn.body)
+        self.fits: dict[tuple, tuple[list[Pattern], bool]] = {}  # see `fit`
         self.folds = 0  # rewrites applied (the tests check that this grows linearly)
         self.visits = 0  # ops matched against the table
         self.replaced: dict[Value, Value] = {}
@@ -68,21 +68,39 @@ class _Driver:
         for region in op.regions:
             self.block(region)
         self.visits += 1
-        pats = self.table.get(op.name)
-        if pats is None:
-            op.parent = block
-            block.ops.append(op)
-            return
-        operands = op.operands
-        swap = len(operands) == 2 and registry.get(op.name).has("commutative")
-        key = (op.name, *[v.owner.name if isinstance(v.owner, Op) else None
-                          for v in operands])
-        candidates = self.fits.get(key)
-        if candidates is None:
-            names = key[1:]
-            candidates = self.fits[key] = [
-                pat for pat, roots in pats if len(roots) == len(names) and (
-                    names_fit(roots, names) or swap and names_fit(roots, names[::-1]))]
+        replaced = self.replaced
+        # a C-level test first: most ops use no replaced value, and keep their operand list
+        if replaced and not replaced.keys().isdisjoint(op.operands):
+            op.operands = [replaced.get(v, v) for v in op.operands]
+        op.parent = block
+        if op.name in self.table:
+            key = (op.name, *[v.owner.name if type(v.owner) is Op else None
+                              for v in op.operands])
+            candidates = self.fits.get(key) or self.fit(key)
+            if candidates[0]:  # most ops have no candidate once their operands are known
+                new = self.rewrite(block, op, *candidates)
+                if new is not None:
+                    while new in replaced:  # a built op was itself rewritten
+                        new = replaced[new]
+                    replaced[op.result] = new
+                    return
+        block.ops.append(op)
+
+    def fit(self, key: tuple) -> tuple[list[Pattern], bool]:
+        """For an op named `key[0]` whose operands are defined by ops named `key[1:]` (None:
+        a block argument): the patterns that may match it, and whether it is matched with
+        its operands swapped too. Memoized in `fits`."""
+        name, names = key[0], key[1:]
+        swap = len(names) == 2 and registry.get(name).has("commutative")
+        found = self.fits[key] = ([
+            pat for pat, roots in self.table[name] if len(roots) == len(names) and (
+                names_fit(roots, names) or swap and names_fit(roots, names[::-1]))], swap)
+        return found
+
+    def rewrite(self, block: Block, op: Op, candidates: list[Pattern],
+                swap: bool) -> Value | None:
+        """The value of the first of `candidates` that rewrites `op` (its new ops appended
+        to `block`, each rewritten first); None if none does."""
         for pat in candidates:
             if not may_match(pat.match, op, swap):
                 continue
@@ -96,22 +114,18 @@ class _Driver:
                 continue  # whatever a declined rewrite built is dropped with `scratch`
             self.folds += 1
             for built in scratch.ops:
-                self.uses.add(built)
-                built.parent = block
                 self.op(block, built)
-            while new in self.replaced:  # a built op was itself rewritten
-                new = self.replaced[new]
-            self.replaced[op.result] = new
-            self.uses.replace(op.result, new)
-            return
-        op.parent = block
-        block.ops.append(op)
+            return new
+        return None
 
 
 def erase_dead(fn: Function) -> None:
-    """Erase pure registry ops (without regions) whose results are unused."""
-    counts = Counter([v for block in blocks(fn.body) for op in block.ops for v in op.operands])
-    used = counts.get
+    """Erase pure registry ops (without regions) whose results are unused.
+
+    One backward sweep: every use of a value (nested regions included) comes after its
+    definition, so an op's kept users are all seen before the op is."""
+    pure = pure_op_names()
+    need: set[Value] = set()
 
     def sweep(block: Block) -> None:
         kept = []
@@ -119,12 +133,15 @@ def erase_dead(fn: Function) -> None:
             if op.regions:
                 for region in op.regions:
                     sweep(region)
-            elif (not any(used(r) for r in op.results) and op.name in registry.REGISTRY
-                  and not registry.get(op.name).has("impure")):
-                counts.subtract(op.operands)
-                continue
+            elif op.name in pure:
+                results = op.results
+                if not (results[0] in need if len(results) == 1
+                        else any(r in need for r in results)):
+                    continue
+            need.update(op.operands)
             kept.append(op)
-        block.ops = kept[::-1]
+        kept.reverse()
+        block.ops = kept
 
     sweep(fn.body)
 

@@ -31,19 +31,38 @@ def freeze(x: Any) -> Any:
     return (type(x).__name__, x)
 
 
+def pure_op_names() -> frozenset[str]:
+    """The registry ops that are not ``impure``: those CSE merges and dead-op erasure drops."""
+    return frozenset(n for n, d in registry.REGISTRY.items() if not d.has("impure"))
+
+
+def commutative_op_names() -> frozenset[str]:
+    return frozenset(n for n, d in registry.REGISTRY.items() if d.has("commutative"))
+
+
 def mergeable(op: Op) -> bool:
     if op.regions or op.name not in registry.REGISTRY:
         return False
     return not registry.get(op.name).has("impure")
 
 
-def expression_key(op: Op) -> tuple:
+def expression_key(op: Op, commutative: frozenset[str] | None = None) -> tuple:
+    """What makes `op` the same expression as another (`commutative`: the names of the
+    commutative ops, `commutative_op_names()` if not given).
+
+    A result type enters the key as its (dtype, shape) fields, which is how types compare,
+    hashed in C: hashing the type itself is a Python call per op."""
     operands = op.operands
-    if len(operands) == 2 and registry.get(op.name).has("commutative") \
-            and operands[1].uid < operands[0].uid:
+    if len(operands) == 2 and operands[1].uid < operands[0].uid and op.name in (
+            commutative_op_names() if commutative is None else commutative):
         operands = operands[::-1]
     attrs = freeze(op.attrs) if op.attrs else ()
-    return (op.name, tuple(operands), attrs, tuple(r.type for r in op.results))
+    results = op.results
+    if len(results) == 1:
+        t = results[0].type
+        return (op.name, tuple(operands), attrs, t.dtype, t.shape)
+    return (op.name, tuple(operands), attrs, tuple([(r.type.dtype, r.type.shape)
+                                                    for r in results]))
 
 
 class _Scopes:
@@ -56,13 +75,6 @@ class _Scopes:
         self.table: dict[tuple, Op] = {}
         self.added: list[list[tuple]] = [[]]
 
-    def get(self, key: tuple) -> Op | None:
-        return self.table.get(key)
-
-    def put(self, key: tuple, op: Op) -> None:
-        self.table[key] = op
-        self.added[-1].append(key)
-
     def enter(self) -> None:
         self.added.append([])
 
@@ -71,32 +83,32 @@ class _Scopes:
             del self.table[key]
 
 
-def _mergeable_names() -> frozenset[str]:
-    return frozenset(n for n, d in registry.REGISTRY.items() if not d.has("impure"))
-
-
 def cse_block(block: Block, scope: _Scopes, mapping: dict[Value, Value],
-              pure: frozenset[str] | None = None) -> int:
+              pure: frozenset[str] | None = None,
+              commutative: frozenset[str] | None = None) -> int:
     """Merge ops of `block` with those in `scope`; returns how many ops were removed."""
-    pure = _mergeable_names() if pure is None else pure
+    pure = pure_op_names() if pure is None else pure
+    commutative = commutative_op_names() if commutative is None else commutative
     removed, kept = 0, []
     get = mapping.get
+    table, added = scope.table, scope.added[-1]
     for op in block.ops:
-        if mapping:
+        # a C-level test first: most ops use no merged value, and keep their operand list
+        if mapping and not mapping.keys().isdisjoint(op.operands):
             op.operands = [get(v, v) for v in op.operands]
         if op.regions:
             for region in op.regions:
                 scope.enter()
-                removed += cse_block(region, scope, mapping, pure)
+                removed += cse_block(region, scope, mapping, pure, commutative)
                 scope.leave()
         elif op.name in pure:
-            key = expression_key(op)
-            prior = scope.get(key)
-            if prior is not None:
+            key = expression_key(op, commutative)
+            prior = table.setdefault(key, op)   # one hash of the key, whether seen or not
+            if prior is not op:
                 mapping.update(zip(op.results, prior.results))
                 removed += 1
                 continue
-            scope.put(key, op)
+            added.append(key)
         kept.append(op)
     block.ops = kept
     return removed
