@@ -17,7 +17,7 @@ from adc_runtime.errors import AdcError, InternalError, RunError, UnboundDimErro
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Loc:
     """A position in a source file; line and col count from 1."""
 

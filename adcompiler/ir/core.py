@@ -3,7 +3,8 @@
 * A `Value` is defined once: by an op (a result) or by a block (an argument).
 * An `Op` has a name (a key of the op registry, or one of the structural ops ``call``,
   ``for``, ``yield``, ``return``), operands, attributes (plain Python constants), results,
-  nested regions (a `Block` each) and the source location it came from.
+  nested regions (a tuple of `Block`s, fixed when the op is made) and the source location
+  it came from.
 * A `Block` is a list of ops with arguments; ops in a block may use values of enclosing
   blocks (implicit capture, as in MLIR's ``scf.for``).
 * A `Function` has a body block whose arguments are its inputs; the last op is ``return``.
@@ -63,14 +64,19 @@ class Op:
         if result_names:
             self.results = [Value(t, n, self, k)
                             for k, (t, n) in enumerate(zip(result_types, result_names))]
+        elif len(result_types) == 1:  # most ops: no comprehension, no enumerate
+            self.results = [Value(result_types[0], None, self, 0)]
         else:
             self.results = [Value(t, None, self, k) for k, t in enumerate(result_types)]
         if regions:
-            self.regions: list[Block] = list(regions)
-            for r in self.regions:
+            self.regions: tuple[Block, ...] = tuple(regions)
+            for r in regions:
                 r.parent = self
         else:
-            self.regions = []
+            # nothing changes an op's regions after it is made, and the ops without any
+            # (nearly all) share the empty tuple instead of owning an empty list each: one
+            # object fewer per op for the garbage collector to traverse
+            self.regions = ()
         self.loc = loc
         self.parent: Block | None = None
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Mapping, Union
 
@@ -30,24 +29,46 @@ def is_float(dtype: str) -> bool:
     return dtype in FLOAT_DTYPES
 
 
-@dataclass(frozen=True)
 class TensorType:
-    """The type of an SSA value: an element dtype and a shape of `Dim`s (``()`` for scalars)."""
+    """The type of an SSA value: an element dtype and a shape of `Dim`s (``()`` for scalars).
 
-    dtype: str
-    shape: tuple[Dim, ...] = ()
+    Immutable and interned: equal types are one object, so that comparing and hashing them
+    (which CSE and the verifier do for every op) are the identity's, done in C, and a
+    program of a million ops holds a few distinct types instead of one per value."""
 
-    def __post_init__(self):
-        assert self.dtype in DTYPES, self.dtype
-        object.__setattr__(self, "shape", tuple(self.shape))
+    # rank and is_float are stored, not properties: the passes read them for every op
+    __slots__ = ("dtype", "shape", "rank", "is_float")
+    _interned: dict[tuple, "TensorType"] = {}
 
-    @property
-    def rank(self) -> int:
-        return len(self.shape)
+    def __new__(cls, dtype: str, shape=()):
+        key = (dtype, shape if type(shape) is tuple else tuple(shape))
+        t = cls._interned.get(key)
+        if t is None:
+            assert dtype in DTYPES, dtype
+            t = object.__new__(cls)
+            # dims are kept as ints and strs: an integer of another type (numpy's) would
+            # otherwise stay in the one shared object that equal shapes get
+            dims = tuple(int(d) if not isinstance(d, (int, str)) and hasattr(d, "__index__")
+                         else d for d in key[1])
+            object.__setattr__(t, "dtype", dtype)
+            object.__setattr__(t, "shape", dims)
+            object.__setattr__(t, "rank", len(dims))
+            object.__setattr__(t, "is_float", dtype in FLOAT_DTYPES)
+            t = cls._interned.setdefault(key, t)
+        return t
 
-    @property
-    def is_float(self) -> bool:
-        return self.dtype in FLOAT_DTYPES
+    def __setattr__(self, name, value):
+        raise AttributeError(f"cannot assign to field '{name}' of an immutable TensorType")
+
+    def __delattr__(self, name):
+        raise AttributeError(f"cannot delete field '{name}' of an immutable TensorType")
+
+    def __reduce__(self):
+        """Copied and pickled through the constructor, so that a copy is the interned type."""
+        return TensorType, (self.dtype, self.shape)
+
+    def __repr__(self) -> str:
+        return f"TensorType(dtype={self.dtype!r}, shape={self.shape!r})"
 
     def with_shape(self, shape) -> "TensorType":
         return TensorType(self.dtype, tuple(shape))
