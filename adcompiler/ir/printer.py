@@ -87,112 +87,132 @@ def format_attrs(attrs: dict) -> str:
     return "{" + ", ".join(items) + "}"
 
 
-def format_loc(loc) -> str:
-    return f"loc({_quote(loc.file)}:{loc.line}:{loc.col})"
+class Namer(dict):
+    """Unique printed names (``%h.1``) for the values of one function: ``namer[v]`` (or
+    ``namer(v)``) is `v`'s name, assigned on first sight by `__missing__`, so printing a
+    value already named costs one dict lookup.
 
-
-class Namer:
-    """Unique printed names for the values of one function, assigned on first sight.
-
-    A hint taken already gets the first free suffix ``.1``, ``.2``, ...; the search for it
-    resumes where the last one for the same hint stopped (names are never released), so
-    naming is linear in the number of values."""
+    A hint gets ``.1``, ``.2``, ... after its first use, counted per hint; values without a
+    hint are numbered. No two names can be equal, so none is ever searched for: a number
+    is digits, a hint an identifier (no dot) or a quoted string (ending in a quote), and a
+    suffix follows the name's last dot, so ``base.k`` is only ever made from one base and
+    one count."""
 
     def __init__(self):
-        self.names: dict[Value, str] = {}
-        self.taken: set[str] = set()
+        super().__init__()
         self.next_number = 0
-        self.next_suffix: dict[str, int] = {}
+        self.next_suffix: dict[str, int] = {}  # printed hint -> its next suffix
+        self.bases: dict[str, str] = {}        # hint -> ``%hint`` (quoted if need be)
 
     def __call__(self, v: Value) -> str:
-        name = self.names.get(v)
-        if name is None:
-            name = self._fresh(v.name)
-            self.names[v] = name
-            self.taken.add(name)
-        return "%" + name
+        return self[v]
 
-    def _fresh(self, hint: str | None) -> str:
+    def __missing__(self, v: Value) -> str:
+        hint = v.name
         if not hint:
-            while str(self.next_number) in self.taken:
-                self.next_number += 1
+            name = f"%{self.next_number}"
             self.next_number += 1
-            return str(self.next_number - 1)
-        base = hint if _IDENT.match(hint) else _quote(hint)
-        if base not in self.taken:
-            return base
-        k = self.next_suffix.get(base, 1)
-        while f"{base}.{k}" in self.taken:
-            k += 1
-        self.next_suffix[base] = k + 1
-        return f"{base}.{k}"
+        else:
+            base = self.bases.get(hint)
+            if base is None:
+                base = self.bases[hint] = "%" + (hint if _IDENT.match(hint) else _quote(hint))
+            k = self.next_suffix.get(base, 0)
+            name = f"{base}.{k}" if k else base
+            self.next_suffix[base] = k + 1
+        self[v] = name
+        return name
 
 
 class Printer:
     def __init__(self):
         self.lines: list[str] = []
         self.name = Namer()
-        # texts of the types, file names and attribute keys printed so far: a program of
-        # many ops has few distinct ones, each formatted once
-        self.types: dict[TensorType, str] = {}
+        # Texts of the types and locations printed so far, keyed by the object's id: a
+        # program of a million ops shares a few hundred type objects and a location per
+        # source line, and an id is cheaper to hash than the frozen dataclass (whose
+        # generated hash and equality run in Python). `keep` holds every key's object, so
+        # no id is reused while the printer lives.
+        self.types: dict[int, str] = {}
+        self.locs: dict[int, str] = {}
+        self.keep: list = []
         self.files: dict[str, str] = {}
         self.op_names: set[str] = set()
 
     def type(self, t: TensorType) -> str:
-        text = self.types.get(t)
+        text = self.types.get(id(t))
         if text is None:
-            text = self.types[t] = format_type(t)
+            text = self.types[id(t)] = format_type(t)
+            self.keep.append(t)
         return text
 
     def loc(self, loc) -> str:
-        f = self.files.get(loc.file)
-        if f is None:
-            f = self.files[loc.file] = _quote(loc.file)
-        return f"loc({f}:{loc.line}:{loc.col})"
+        """`loc`'s text, after a space."""
+        text = self.locs.get(id(loc))
+        if text is None:
+            f = self.files.get(loc.file)
+            if f is None:
+                f = self.files[loc.file] = _quote(loc.file)
+            text = self.locs[id(loc)] = f" loc({f}:{loc.line}:{loc.col})"
+            self.keep.append(loc)
+        return text
+
+    def check_op_name(self, name: str) -> None:
+        if not _OP_NAME.match(name):
+            raise ValueError(f"cannot print op name {name!r}")
+        self.op_names.add(name)
 
     def function(self, f: Function) -> None:
         args = []
         for a in f.body.args:
             mark = " {param}" if a.name is not None and a.name in f.params else ""
-            args.append(f"{self.name(a)}: {format_type(a.type)}{mark}")
+            args.append(f"{self.name[a]}: {format_type(a.type)}{mark}")
         head = f"func @{f.name if _OP_NAME.match(f.name) else _quote(f.name)}({', '.join(args)})"
         head += " -> (" + ", ".join(format_type(t) for t in f.result_types) + ")"
         if f.attrs:
             head += " attributes " + format_attrs(f.attrs)
         if f.loc is not None:
-            head += " " + format_loc(f.loc)
+            head += self.loc(f.loc)
         self.lines.append(head + " {")
-        self.block_ops(f.body, 1)
+        self.ops(f.body.ops, 1)
         self.lines.append("}")
 
-    def block_ops(self, block: Block, depth: int) -> None:
-        for op in block.ops:
-            self.op(op, depth)
+    def ops(self, ops: list[Op], depth: int) -> None:
+        """Append the lines of `ops` (regions included) indented `depth` levels.
 
-    def op(self, op: Op, depth: int) -> None:
+        The printer's hot loop (a large derivative has a million ops): what it uses is bound
+        to locals once, one result (the common case) is named and typed without a join, and
+        type and location texts come from the caches without a call."""
         pad = INDENT * depth
-        if op.name not in self.op_names:
-            if not _OP_NAME.match(op.name):
-                raise ValueError(f"cannot print op name {op.name!r}")
-            self.op_names.add(op.name)
-        name = self.name
-        text = pad
-        if op.results:
-            text += ", ".join([name(r) for r in op.results]) + " = "
-        text += f"{op.name}({', '.join([name(v) for v in op.operands])})"
-        if op.attrs:
-            text += " " + format_attrs(op.attrs)
-        if op.results:
-            text += " : " + ", ".join([self.type(r.type) for r in op.results])
-        if op.loc is not None:
-            text += " " + self.loc(op.loc)
-        for region in op.regions:
-            self.lines.append(text + " {")
-            args = ", ".join(f"{self.name(a)}: {self.type(a.type)}" for a in region.args)
-            self.lines.append(f"{pad}^({args}):")
-            self.block_ops(region, depth + 1)
-            text = pad + "}"
-        self.lines.append(text)
+        lines, op_names, types, locs = self.lines, self.op_names, self.types, self.locs
+        name_of = self.name.__getitem__
+        for op in ops:
+            name = op.name
+            if name not in op_names:
+                self.check_op_name(name)
+            results = op.results
+            # results are named before operands: print_op names unnamed values in order
+            if len(results) == 1:
+                r = results[0]
+                res = name_of(r)
+                res_types = types.get(id(r.type)) or self.type(r.type)
+            elif results:
+                res = ", ".join(map(name_of, results))
+                res_types = ", ".join([self.type(r.type) for r in results])
+            args = ", ".join(map(name_of, op.operands))
+            attrs = " " + format_attrs(op.attrs) if op.attrs else ""
+            loc = op.loc
+            loc = "" if loc is None else locs.get(id(loc)) or self.loc(loc)
+            if results:
+                text = f"{pad}{res} = {name}({args}){attrs} : {res_types}{loc}"
+            else:
+                text = f"{pad}{name}({args}){attrs}{loc}"
+            for region in op.regions:
+                lines.append(text + " {")
+                args = ", ".join(f"{name_of(a)}: {self.type(a.type)}" for a in region.args)
+                lines.append(f"{pad}^({args}):")
+                self.ops(region.ops, depth + 1)
+                text = pad + "}"
+            lines.append(text)
 
 
 def print_function(f: Function) -> str:
@@ -209,5 +229,5 @@ def print_module(m: Module) -> str:
 def print_op(op: Op) -> str:
     """One op (regions included) with names local to it; for messages and debugging."""
     p = Printer()
-    p.op(op, 0)
+    p.ops([op], 0)
     return "\n".join(p.lines)
