@@ -35,6 +35,20 @@ def pattern_table(patterns=None) -> dict[str, list[Pattern]]:
     return table
 
 
+def fit_key(op: Op) -> tuple:
+    """`op`'s name and the names of the ops defining its operands (None: a block argument):
+    what decides which patterns may match it. Spelled out for one and two operands, the
+    common cases, as a comprehension costs more than the rest of a visit."""
+    operands = op.operands
+    if len(operands) == 2:
+        a, b = operands[0].owner, operands[1].owner
+        return (op.name, a.name if type(a) is Op else None, b.name if type(b) is Op else None)
+    if len(operands) == 1:
+        a = operands[0].owner
+        return (op.name, a.name if type(a) is Op else None)
+    return (op.name, *[v.owner.name if type(v.owner) is Op else None for v in operands])
+
+
 class _Driver:
     """One sweep over a function in program order, each op rewritten until no pattern
     matches it.
@@ -59,32 +73,35 @@ class _Driver:
 
     def block(self, block: Block) -> None:
         old, block.ops = block.ops, []
-        for op in old:
-            self.op(block, op)
+        self.append(block, old)
 
-    def op(self, block: Block, op: Op) -> None:
-        """Append `op` to `block` unless a pattern replaces it (then its replacement's new
-        ops are appended instead, each rewritten first)."""
-        for region in op.regions:
-            self.block(region)
-        self.visits += 1
-        replaced = self.replaced
-        # a C-level test first: most ops use no replaced value, and keep their operand list
-        if replaced and not replaced.keys().isdisjoint(op.operands):
-            op.operands = [replaced.get(v, v) for v in op.operands]
-        op.parent = block
-        if op.name in self.table:
-            key = (op.name, *[v.owner.name if type(v.owner) is Op else None
-                              for v in op.operands])
-            candidates = self.fits.get(key) or self.fit(key)
-            if candidates[0]:  # most ops have no candidate once their operands are known
-                new = self.rewrite(block, op, *candidates)
-                if new is not None:
-                    while new in replaced:  # a built op was itself rewritten
-                        new = replaced[new]
-                    replaced[op.result] = new
-                    return
-        block.ops.append(op)
+    def append(self, block: Block, ops: list[Op]) -> None:
+        """Append `ops` to `block`, each unless a pattern replaces it (then its
+        replacement's new ops are appended instead, each rewritten first).
+
+        The common case, an op that no pattern rewrites, stays in this loop (no call per
+        op), with the tables in local variables."""
+        table, fits, replaced = self.table, self.fits, self.replaced
+        replaced_keys, out = replaced.keys(), block.ops
+        for op in ops:
+            for region in op.regions:
+                self.block(region)
+            # a C-level test first: most ops use no replaced value, and keep their operands
+            if replaced and not replaced_keys.isdisjoint(op.operands):
+                op.operands = [replaced.get(v, v) for v in op.operands]
+            op.parent = block
+            if op.name in table:
+                key = fit_key(op)
+                candidates, swap = fits.get(key) or self.fit(key)
+                if candidates:  # most ops have none once their operands' ops are known
+                    new = self.rewrite(block, op, candidates, swap)
+                    if new is not None:
+                        while new in replaced:  # a built op was itself rewritten
+                            new = replaced[new]
+                        replaced[op.result] = new
+                        continue
+            out.append(op)
+        self.visits += len(ops)
 
     def fit(self, key: tuple) -> tuple[list[Pattern], bool]:
         """For an op named `key[0]` whose operands are defined by ops named `key[1:]` (None:
@@ -113,8 +130,7 @@ class _Driver:
             if new is None or new.type != op.result.type:
                 continue  # whatever a declined rewrite built is dropped with `scratch`
             self.folds += 1
-            for built in scratch.ops:
-                self.op(block, built)
+            self.append(block, scratch.ops)
             return new
         return None
 

@@ -18,16 +18,22 @@ from ..ops import registry
 from .pipeline import FunctionPass, register_pass
 
 
+_SCALARS = (int, str, type(None))
+
+
 def freeze(x: Any) -> Any:
-    """A hashable form of an attribute; ``1`` and ``1.0`` (and ``0.0``, ``-0.0``) differ."""
-    if isinstance(x, dict):
-        return ("dict",) + tuple(sorted((k, freeze(v)) for k, v in x.items()))
-    if isinstance(x, (list, tuple)):
-        return (type(x).__name__,) + tuple(freeze(v) for v in x)
-    if isinstance(x, (set, frozenset)):
-        return ("set",) + tuple(sorted(map(freeze, x), key=repr))
+    """A hashable form of an attribute; ``1`` and ``1.0`` (and ``0.0``, ``-0.0``) differ.
+    Scalars are tested first: most attributes are, and every const op has some."""
     if isinstance(x, float):
         return ("float", x.hex())
+    if isinstance(x, _SCALARS):
+        return (type(x).__name__, x)
+    if isinstance(x, dict):
+        return ("dict", *sorted([(k, freeze(v)) for k, v in x.items()]))
+    if isinstance(x, (list, tuple)):
+        return (type(x).__name__, *[freeze(v) for v in x])
+    if isinstance(x, (set, frozenset)):
+        return ("set",) + tuple(sorted(map(freeze, x), key=repr))
     return (type(x).__name__, x)
 
 
@@ -48,7 +54,8 @@ def mergeable(op: Op) -> bool:
 
 def expression_key(op: Op, commutative: frozenset[str] | None = None) -> tuple:
     """What makes `op` the same expression as another (`commutative`: the names of the
-    commutative ops, `commutative_op_names()` if not given).
+    commutative ops, `commutative_op_names()` if not given): its name, attributes, result
+    types and operands, in one flat tuple (the operands last, their number may vary).
 
     A result type enters the key as its (dtype, shape) fields, which is how types compare,
     hashed in C: hashing the type itself is a Python call per op."""
@@ -60,9 +67,10 @@ def expression_key(op: Op, commutative: frozenset[str] | None = None) -> tuple:
     results = op.results
     if len(results) == 1:
         t = results[0].type
-        return (op.name, tuple(operands), attrs, t.dtype, t.shape)
-    return (op.name, tuple(operands), attrs, tuple([(r.type.dtype, r.type.shape)
-                                                    for r in results]))
+        return (op.name, attrs, t.dtype, t.shape, *operands)
+    # a tuple where one result has a dtype: no single-result key equals this one
+    return (op.name, attrs, tuple([(r.type.dtype, r.type.shape) for r in results]),
+            *operands)
 
 
 class _Scopes:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ..diagnostics import AdcError
 from ..ir.core import Block, Function, Module, Op, Value
-from ..ops.registry import has_trait
+from ..ops.registry import REGISTRY, STRUCTURAL, has_trait
 from .clone import clone_function, clone_op
 from .pipeline import FunctionPass, register_pass
 
@@ -48,14 +48,15 @@ class Inline(FunctionPass):
         kept = {f.attrs[f"{kind}_of"] for f in module.functions.values()
                      for kind in self.rules if f"{kind}_of" in f.attrs} \
             if self.keep_custom else set()
+        calls = frozenset(n for n, d in {**REGISTRY, **STRUCTURAL}.items() if d.has("calls"))
         for f in self.functions(module):
-            self._inline_block(f.body, module, flat, (f.name,), kept, {})
+            self._inline_block(f.body, module, flat, (f.name,), kept, calls, {})
         if self.prune:
             self._prune(module)
         return module
 
     def _flat(self, name: str, module: Module, flat: dict[str, Function],
-              stack: tuple[str, ...], kept: set[str]) -> Function:
+              stack: tuple[str, ...], kept: set[str], calls: frozenset[str]) -> Function:
         """A copy of `name` with its own calls inlined (memoized; the module is untouched)."""
         if name in stack:
             cycle = " -> ".join(stack[stack.index(name):] + (name,))
@@ -64,36 +65,44 @@ class Inline(FunctionPass):
             if name not in module:
                 raise AdcError(f"call to unknown function '{name}'")
             copy, _ = clone_function(module[name])
-            self._inline_block(copy.body, module, flat, stack + (name,), kept, {})
+            self._inline_block(copy.body, module, flat, stack + (name,), kept, calls, {})
             flat[name] = copy
         return flat[name]
 
     def _inline_block(self, block: Block, module: Module, flat: dict[str, Function],
-                      stack: tuple[str, ...], kept: set[str],
+                      stack: tuple[str, ...], kept: set[str], calls: frozenset[str],
                       mapping: dict[Value, Value]) -> None:
         """Inline the calls of `block` and of its regions. `mapping` takes the results of
         the calls inlined so far to the values replacing them; one map serves a block and
-        its regions (values are unique), so no region is walked twice."""
-        new_ops: list[Op] = []
-        for op in block.ops:
-            if mapping:
+        its regions (values are unique), so no region is walked twice. `calls`: the names
+        of the ops that call (a set, not a trait lookup per op). A block without calls
+        keeps its list of ops (most blocks of a program after inlining)."""
+        new_ops: list[Op] | None = None   # the block's ops, once a call is inlined
+        for k, op in enumerate(block.ops):
+            # a C-level test first: most ops use no inlined call's result
+            if mapping and not mapping.keys().isdisjoint(op.operands):
                 op.operands = [mapping.get(v, v) for v in op.operands]
             for region in op.regions:
-                self._inline_block(region, module, flat, stack, kept, mapping)
-            if not has_trait(op, "calls") or op.attrs["callee"] in kept:
-                new_ops.append(op)
+                self._inline_block(region, module, flat, stack, kept, calls, mapping)
+            if op.name not in calls or op.attrs["callee"] in kept:
+                if new_ops is not None:
+                    new_ops.append(op)
                 continue
-            callee = self._flat(op.attrs["callee"], module, flat, stack, kept)
+            if new_ops is None:
+                new_ops = block.ops[:k]
+            callee = self._flat(op.attrs["callee"], module, flat, stack, kept, calls)
             if len(callee.args) != len(op.operands):
                 raise AdcError(f"call to '{callee.name}' passes {len(op.operands)} arguments; "
                                f"it takes {len(callee.args)}", op.loc)
             value_map = dict(zip(callee.args, op.operands))
-            new_ops += [clone_op(cop, value_map) for cop in callee.body.ops[:-1]]
+            inlined = [clone_op(cop, value_map) for cop in callee.body.ops[:-1]]
+            for cop in inlined:
+                cop.parent = block
+            new_ops += inlined
             for res, v in zip(op.results, callee.returned):
                 mapping[res] = value_map.get(v, v)
-        block.ops = []
-        for op in new_ops:
-            block.append(op)
+        if new_ops is not None:
+            block.ops = new_ops
 
     def _prune(self, module: Module) -> None:
         entry = self.fn or module.main.name
