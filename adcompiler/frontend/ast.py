@@ -7,12 +7,15 @@ the IR op they lower to is located.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
+from typing import NamedTuple, Union
 
 
-@dataclass(frozen=True)
-class Span:
-    """A range of source text; lines and columns count from 1, the end is exclusive."""
+class Span(NamedTuple):
+    """A range of source text; lines and columns count from 1, the end is exclusive.
+
+    A named tuple rather than a frozen dataclass: the parsers make several per token, and
+    a frozen dataclass's constructor (an `object.__setattr__` per field) costs three
+    times as much."""
 
     line: int
     col: int
@@ -21,7 +24,12 @@ class Span:
 
     def to(self, other: "Span") -> "Span":
         """The span from the start of `self` to the end of `other`."""
-        return Span(self.line, self.col, other.end_line, other.end_col)
+        return new_span(Span, (self.line, self.col, other.end_line, other.end_col))
+
+
+# ``new_span(Span, (line, col, end_line, end_col))`` is ``Span(line, col, ...)`` without the
+# named tuple's `__new__`, a Python function: half the time, for the parsers' hottest object.
+new_span = tuple.__new__
 
 
 # ---- expressions ---------------------------------------------------------------------

@@ -37,6 +37,23 @@ def _bind_dims(want, got, subst: dict, origin: dict, name: str) -> bool:
     return True
 
 
+_ARGUMENTS: dict[str, tuple] = {}
+
+
+def _arguments(opdef: registry.OpDef) -> tuple[list[str], set[str], tuple[str, ...], bool]:
+    """An op's operand names (without ``*``), its list operands, the order of its
+    positional arguments, and whether that order starts with all of its operands (none a
+    list); worked out once per op definition."""
+    entry = _ARGUMENTS.get(opdef.name)
+    if entry is None or entry[0] is not opdef:  # a plugin's test may register a name anew
+        operands = [o.lstrip("*") for o in opdef.operands]
+        variadic = {o.lstrip("*") for o in opdef.operands if o.startswith("*")}
+        signature = opdef.signature
+        plain = not variadic and list(signature[:len(operands)]) == operands
+        entry = _ARGUMENTS[opdef.name] = (opdef, operands, variadic, signature, plain)
+    return entry[1:]
+
+
 class CallLowering:
     def call(self, e: ast.Call):
         if e.func in self.functions:
@@ -87,11 +104,23 @@ class CallLowering:
     # ---- registry ops ----------------------------------------------------------------
     def op_call(self, e: ast.Call, opdef: registry.OpDef):
         name = opdef.name
-        operands = [o.lstrip("*") for o in opdef.operands]
-        variadic = {o.lstrip("*") for o in opdef.operands if o.startswith("*")}
+        operands, variadic, signature, plain = _arguments(opdef)
+        if plain and not e.kwargs and len(e.args) == len(operands):
+            # each operand given in order and no option (``tanh(x)``, ``add(a, b)``): what
+            # `op_arguments` finds, without its dict of slots
+            vals, attrs = self.meet([self.value(x) for x in e.args]), {}
+        else:
+            vals, attrs = self.op_arguments(e, opdef)
+        op = self.emit(name, vals, attrs, e.op_span, name)
+        return op.results[0] if len(op.results) == 1 else Multi(op.results, name, e.span)
+
+    def op_arguments(self, e: ast.Call, opdef: registry.OpDef) -> tuple[list, dict]:
+        """The operand values and the options of a call of a registry op."""
+        name = opdef.name
+        operands, variadic, signature, _ = _arguments(opdef)
         slots: dict[str, object] = {}
         pos = list(e.args)
-        for entry in opdef.signature:
+        for entry in signature:
             if not pos:
                 break
             key = entry.lstrip("*")
@@ -103,8 +132,8 @@ class CallLowering:
             else:
                 slots[key] = pos.pop(0)
         if pos:
-            sig = ", ".join(opdef.signature)
-            n = len(opdef.signature)
+            sig = ", ".join(signature)
+            n = len(signature)
             raise self.error(f"{name}({sig}) takes at most {n} positional argument"
                              f"{'s' * (n != 1)}, got {len(e.args)}", pos[0].span)
         for kw in e.kwargs:
@@ -135,8 +164,7 @@ class CallLowering:
                 x = slots[opt.name]
                 attrs[opt.name] = ce.check(opt.kind, ce.value(x),
                                            f"option '{opt.name}' of {name}", x.span)
-        op = self.emit(name, vals, attrs, e.op_span, name)
-        return op.results[0] if len(op.results) == 1 else Multi(op.results, name, e.span)
+        return vals, attrs
 
     # ---- indexing --------------------------------------------------------------------
     def index(self, e: ast.Index):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from . import ast
-from .ast import Span
+from .ast import Span, new_span
 from .ast_builder import (LOOP_COUNT_MESSAGE, dim_message, integer_value, number_value,
                           split_args, unescape)
 
@@ -25,15 +25,17 @@ class Unsupported(Exception):
 
 # One token per match, after optional blanks (WS of the grammar; `\r` is gone once newlines
 # are normalized). Groups: 1 newline, 2 comment, 3 name, 4 number, 5 string, 6 punctuation
-# (longest first, as lark's basic lexer orders string terminals).
+# (longest first, as lark's basic lexer orders string terminals), 7 any other character
+# (which lark decides on). So a match starts wherever the last one ended, and after the
+# last one only blanks remain.
 _TOKEN = re.compile(r'[ \t\f]*(?:(\n)|(#[^\n]*)|([A-Za-z_][A-Za-z0-9_]*)|'
                     r'((?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)|("(?:[^"\\\n]|\\[^\n])*")|'
-                    r'(\*\*|->|<=|>=|==|!=|[-+*/@<>=(){}\[\]:,;]))')
-_BLANKS = re.compile(r"[ \t\f]*\Z")
+                    r'(\*\*|->|<=|>=|==|!=|[-+*/@<>=(){}\[\]:,;])|([^ \t\f\n]))')
 KEYWORDS = {w: w.upper() for w in ("def", "grad", "tangent", "param", "for", "in", "range",
                                    "return", "true", "false")}
 _SEPS = ("NL", ";")
 _CMP = frozenset(("<", "<=", ">", ">=", "==", "!="))
+_OPERATORS = _CMP | {"+", "-", "*", "/", "@"}  # the binary operators but ``**`` (a factor's)
 _EXPR_START = frozenset(("NAME", "NUMBER", "STRING", "TRUE", "FALSE", "(", "[", "-"))
 
 
@@ -42,39 +44,40 @@ def lex(text: str) -> tuple[list[str], list[str], list[int], list[int]]:
     grammar's post-lexer does. Kinds: NAME, NUMBER, STRING, NL, a keyword in capitals, or
     the punctuation itself; the list ends with $END."""
     kinds, vals, lines, cols = [], [], [], []
-    line, line_start, depth, pos = 1, 0, 0, 0
+    line, line_start, depth = 1, 0, 0
+    m = None
     for m in _TOKEN.finditer(text):
-        if m.start() != pos:
-            raise Unsupported
-        pos = m.end()
         g = m.lastindex
-        if g == 1:
+        if g == 3:
+            v = m.group(3)
+            kinds.append(KEYWORDS.get(v, "NAME"))
+        elif g == 6:
+            v = m.group(6)
+            kinds.append(v)
+            if v == "(" or v == "[":
+                depth += 1
+            elif (v == ")" or v == "]") and depth:
+                depth -= 1
+        elif g == 1:
             if depth == 0:
                 kinds.append("NL")
                 vals.append("\n")
                 lines.append(line)
                 cols.append(m.start(1) - line_start + 1)
             line += 1
-            line_start = pos
+            line_start = m.end()
             continue
-        if g == 2:
-            continue
-        v = m.group(g)
-        if g == 3:
-            kinds.append(KEYWORDS.get(v, "NAME"))
-        elif g == 6:
-            kinds.append(v)
-            if v == "(" or v == "[":
-                depth += 1
-            elif (v == ")" or v == "]") and depth:
-                depth -= 1
-        else:
+        elif g == 4 or g == 5:
+            v = m.group(g)
             kinds.append("NUMBER" if g == 4 else "STRING")
+        elif g == 2:
+            continue
+        else:
+            raise Unsupported
         vals.append(v)
         lines.append(line)
         cols.append(m.start(g) - line_start + 1)
-    if not _BLANKS.match(text, pos):
-        raise Unsupported
+    pos = m.end() if m else 0  # the end of the last token
     kinds.append("$END")
     vals.append("")
     lines.append(line)
@@ -95,7 +98,7 @@ class _Parser:
     # ---- tokens ------------------------------------------------------------------------
     def span(self, i: int) -> Span:
         line, col = self.lines[i], self.cols[i]
-        return Span(line, col, line, col + len(self.vals[i]))
+        return new_span(Span, (line, col, line, col + len(self.vals[i])))
 
     def expect(self, kind: str) -> int:
         i = self.i
@@ -264,26 +267,28 @@ class _Parser:
         return ast.Binary(self.vals[op], left, right, left.span.to(right.span), self.span(op))
 
     def expr(self):
-        left = self.arith()
-        if self.kinds[self.i] in _CMP:
-            op = self.i
-            self.i += 1
-            left = self.binary(left, op, self.arith())
+        left = self.factor()
+        if self.kinds[self.i] in _OPERATORS:  # else a single factor, the commonest case
+            left = self.arith(self.term(left))
             if self.kinds[self.i] in _CMP:
-                raise Unsupported  # chained comparison
+                op = self.i
+                self.i += 1
+                left = self.binary(left, op, self.arith(self.term(self.factor())))
+                if self.kinds[self.i] in _CMP:
+                    raise Unsupported  # chained comparison
         return left
 
-    def arith(self):
-        left = self.term()
+    def arith(self, left):
+        """The term `left`, then ``(("+" | "-") term)*``."""
         kinds = self.kinds
         while kinds[self.i] == "+" or kinds[self.i] == "-":
             op = self.i
             self.i += 1
-            left = self.binary(left, op, self.term())
+            left = self.binary(left, op, self.term(self.factor()))
         return left
 
-    def term(self):
-        left = self.factor()
+    def term(self, left):
+        """The factor `left`, then ``(("*" | "/" | "@") factor)*``."""
         kinds = self.kinds
         while kinds[self.i] in ("*", "/", "@"):
             op = self.i
@@ -292,13 +297,18 @@ class _Parser:
         return left
 
     def factor(self):
-        if self.kinds[self.i] == "-":
-            minus = self.i
-            self.i += 1
+        i = self.i
+        kinds = self.kinds
+        if kinds[i] == "-":
+            self.i = i + 1
             operand = self.factor()
-            return ast.Neg(operand, self.span(minus).to(operand.span))
-        left = self.postfix()
-        if self.kinds[self.i] == "**":
+            return ast.Neg(operand, self.span(i).to(operand.span))
+        if kinds[i] == "NAME" and kinds[i + 1] != "(" and kinds[i + 1] != "[":
+            self.i = i + 1  # a bare name, the commonest factor: no postfix or atom call
+            left = ast.Name(self.vals[i], self.span(i))
+        else:
+            left = self.postfix()
+        if kinds[self.i] == "**":
             op = self.i
             self.i += 1
             return self.binary(left, op, self.factor())

@@ -12,12 +12,14 @@ from ..diagnostics import AdcError, Loc
 from ..ir.core import Op, Value
 from ..ir.types import TensorType, join_dtypes
 from . import ast
+from .calls import CallLowering
 from .values import Multi, Weak, checked_value, default_dtype, fold, literal_dtype
 
 BINARY_OPS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "**": "pow", "@": "matmul",
               "<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne"}
 LEFT_ASSOC = ("+", "-", "*", "/", "@")
 FOLDABLE = ("+", "-", "*", "/", "**")
+OPERATOR_WHAT = {op: f"operator '{op}'" for op in BINARY_OPS}  # what type errors name
 MAX_DEPTH = 100
 
 
@@ -29,12 +31,11 @@ class ExprLowering:
     def error(self, message: str, span: ast.Span) -> AdcError:
         return AdcError(message, self.loc(span))
 
-    def emit(self, name: str, operands, attrs: dict, span: ast.Span, what: str) -> Op:
+    def emit(self, name: str, operands: list, attrs: dict, span: ast.Span, what: str) -> Op:
         """Create registry op `name` at `span`; type errors are reported for `what`."""
-        loc = self.loc(span)
-        self.b.loc = loc
+        loc = self.b.loc = Loc(self.file, span.line, span.col)
         try:
-            return self.b.create(name, list(operands), attrs)
+            return self.b.create(name, operands, attrs)
         except AdcError as e:
             msg = e.message.removeprefix(f"{name}: ").removeprefix(f"{what}: ")
             if not (what == name and msg.startswith(f"{name} ")):
@@ -56,12 +57,9 @@ class ExprLowering:
         """A literal given type `t`; a value is returned as is."""
         return self.const(v, t.dtype, t.shape) if isinstance(v, Weak) else v
 
-    def single(self, v, span):
-        if isinstance(v, Multi):
-            raise self.error(f"'{v.callee}' returns {len(v.values)} values; unpack them with "
-                             f"'{', '.join('abcdefgh'[:len(v.values)])} = {v.callee}(...)'",
-                             span)
-        return v
+    def multi_error(self, v: Multi, span):
+        return self.error(f"'{v.callee}' returns {len(v.values)} values; unpack them with "
+                          f"'{', '.join('abcdefgh'[:len(v.values)])} = {v.callee}(...)'", span)
 
     def lookup(self, name: str):
         b = self.scope.lookup(name)
@@ -75,41 +73,41 @@ class ExprLowering:
             if self.depth > MAX_DEPTH:
                 raise self.error(f"expression is nested too deeply (more than {MAX_DEPTH} "
                                  "levels)", e.span)
-            return self._expr(e)
+            lower = _LOWER.get(type(e))
+            if lower is None:
+                raise self.error("unsupported expression", e.span)
+            return lower(self, e)
         finally:
             self.depth -= 1
 
     def value(self, e):
         """Lower `e` to one result (a `Value` or a `Weak` literal)."""
-        return self.single(self.expr(e), e.span)
+        v = self.expr(e)
+        if type(v) is Multi:
+            raise self.multi_error(v, e.span)
+        return v
 
-    def _expr(self, e):
-        if isinstance(e, ast.Number):
-            return Weak(e.value, e.span)
-        if isinstance(e, ast.Name):
-            return self.name(e)
-        if isinstance(e, ast.Binary):
-            return self.binary(e)
-        if isinstance(e, ast.Neg):
-            return self.neg(e)
-        if isinstance(e, ast.Call):
-            return self.call(e)
-        if isinstance(e, ast.Index):
-            return self.index(e)
-        if isinstance(e, ast.ListExpr):
-            raise self.error("a list is not a tensor; lists are only op arguments such as "
-                             "shapes, axes or the operands of concat/stack", e.span)
-        if isinstance(e, ast.String):
-            raise self.error("strings are only op options (e.g. an einsum spec)", e.span)
-        if isinstance(e, ast.Bool):  # a bool scalar, as `where(m, x, false)` wants
-            return self.emit("const", [], {"value": bool(e.value), "dtype": "bool"}, e.span,
-                             "literal").result
-        raise self.error("unsupported expression", e.span)
+    def number_literal(self, e: ast.Number):
+        return Weak(e.value, e.span)
+
+    def list_expr(self, e: ast.ListExpr):
+        raise self.error("a list is not a tensor; lists are only op arguments such as "
+                         "shapes, axes or the operands of concat/stack", e.span)
+
+    def string_literal(self, e: ast.String):
+        raise self.error("strings are only op options (e.g. an einsum spec)", e.span)
+
+    def bool_literal(self, e: ast.Bool):  # a bool scalar, as `where(m, x, false)` wants
+        return self.emit("const", [], {"value": bool(e.value), "dtype": "bool"}, e.span,
+                         "literal").result
 
     def name(self, e: ast.Name):
-        v = self.lookup(e.id)
-        if v is not None:
-            return v
+        scope = self.scope
+        while scope is not None:  # `lookup`, inlined: most expressions are names
+            b = scope.vars.get(e.id)
+            if b is not None:
+                return b.value
+            scope = scope.parent
         msg = f"unknown name '{e.id}'"
         if e.id in self.loop_locals:
             line = self.loop_locals[e.id]
@@ -132,7 +130,7 @@ class ExprLowering:
             if isinstance(v, Weak):
                 v = Weak(-v.value, span)
             else:
-                v = self.emit("neg", [v], {}, span, "unary '-'").result
+                v = self.emit("neg", [v], {}, span, "unary '-'").results[0]
         return v
 
     def binary(self, e: ast.Binary):
@@ -153,10 +151,15 @@ class ExprLowering:
             return Weak(fold(e.op, a.value, b.value, lambda m: self.error(m, e.op_span)),
                         e.span)
         a, b = self.meet([a, b])
-        return self.emit(BINARY_OPS[e.op], [a, b], {}, e.op_span, f"operator '{e.op}'").result
+        return self.emit(BINARY_OPS[e.op], [a, b], {}, e.op_span, OPERATOR_WHAT[e.op]).results[0]
 
     def meet(self, vals):
         """Give each literal among `vals` the dtype of the tensors it meets."""
+        for v in vals:
+            if isinstance(v, Weak):
+                break
+        else:
+            return vals  # no literal: nothing to give a dtype
         dtypes = [v.type.dtype for v in vals if isinstance(v, Value) and v.type.dtype != "bool"]
         try:
             other = join_dtypes(*dtypes) if dtypes else None
@@ -167,3 +170,18 @@ class ExprLowering:
             other = default_dtype(floats[0].value if floats else 0)
         return [self.const(v, literal_dtype(v.value, other)) if isinstance(v, Weak) else v
                 for v in vals]
+
+
+# The lowering method of each expression node type: one dict lookup per expression instead
+# of a chain of isinstance tests.
+_LOWER = {
+    ast.Number: ExprLowering.number_literal,
+    ast.Name: ExprLowering.name,
+    ast.Binary: ExprLowering.binary,
+    ast.Neg: ExprLowering.neg,
+    ast.Call: CallLowering.call,
+    ast.Index: CallLowering.index,
+    ast.ListExpr: ExprLowering.list_expr,
+    ast.String: ExprLowering.string_literal,
+    ast.Bool: ExprLowering.bool_literal,
+}
