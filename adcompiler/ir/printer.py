@@ -127,22 +127,21 @@ class Printer:
     def __init__(self):
         self.lines: list[str] = []
         self.name = Namer()
-        # Texts of the types and locations printed so far, keyed by the object's id: a
-        # program of a million ops shares a few hundred type objects and a location per
-        # source line, and an id is cheaper to hash than the frozen dataclass (whose
-        # generated hash and equality run in Python). `keep` holds every key's object, so
-        # no id is reused while the printer lives.
-        self.types: dict[int, str] = {}
+        # Texts of the types and locations printed so far. Types are interned (equal types
+        # are one object, hashed by identity); locations are keyed by their id, cheaper to
+        # hash than the frozen dataclass (whose generated hash runs in Python): a program of
+        # a million ops has a location per source line. `keep` holds every location that
+        # is a key, so that no id is reused while the printer lives.
+        self.types: dict[TensorType, str] = {}
         self.locs: dict[int, str] = {}
         self.keep: list = []
         self.files: dict[str, str] = {}
         self.op_names: set[str] = set()
 
     def type(self, t: TensorType) -> str:
-        text = self.types.get(id(t))
+        text = self.types.get(t)
         if text is None:
-            text = self.types[id(t)] = format_type(t)
-            self.keep.append(t)
+            text = self.types[t] = format_type(t)
         return text
 
     def loc(self, loc) -> str:
@@ -162,6 +161,7 @@ class Printer:
         self.op_names.add(name)
 
     def function(self, f: Function) -> None:
+        self.name = Namer()  # names are local to a function
         args = []
         for a in f.body.args:
             mark = " {param}" if a.name is not None and a.name in f.params else ""
@@ -194,7 +194,7 @@ class Printer:
             if len(results) == 1:
                 r = results[0]
                 res = name_of(r)
-                res_types = types.get(id(r.type)) or self.type(r.type)
+                res_types = types.get(r.type) or self.type(r.type)
             elif results:
                 res = ", ".join(map(name_of, results))
                 res_types = ", ".join([self.type(r.type) for r in results])
@@ -218,12 +218,20 @@ class Printer:
 def print_function(f: Function) -> str:
     p = Printer()
     p.function(f)
-    return "\n".join(p.lines) + "\n"
+    p.lines.append("")  # the text ends with a newline
+    return "\n".join(p.lines)
 
 
 def print_module(m: Module) -> str:
-    """The whole module; functions are separated by a blank line."""
-    return "\n".join(print_function(f) for f in m.functions.values())
+    """The whole module; functions are separated by a blank line (one join of all lines:
+    the text of a large module is tens of megabytes, not copied again per function)."""
+    p = Printer()
+    for k, f in enumerate(m.functions.values()):
+        if k:
+            p.lines.append("")
+        p.function(f)
+    p.lines.append("")
+    return "\n".join(p.lines)
 
 
 def print_op(op: Op) -> str:
