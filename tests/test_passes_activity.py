@@ -117,3 +117,34 @@ def test_explicit_results_for_a_detached_return():
 def test_unknown_wrt_is_an_error():
     with pytest.raises(AdcError, match="'v' is not an input of 'f' \\(inputs: x, w, k\\)"):
         analyze_activity(fn_of(STRAIGHT, STRAIGHT_ARGS), ["v"])
+
+
+def _graph_reference(fn, wrt, results):
+    """Activity from the whole function's graph (`_graph`/`_reach`), without the sweep."""
+    from adcompiler.passes.activity import _graph, _reach
+    varied = _reach([fn.arg(w) for w in wrt], _graph(fn.body.ops, {}, forward=True))
+    return varied & _reach(results, _graph(fn.body.ops, {}, forward=False))
+
+
+@pytest.mark.parametrize("sample", ["rnn", "char_rnn", "attention", "mlp", "chain_rule"])
+def test_the_sweep_agrees_with_the_whole_graph(sample):
+    from pathlib import Path
+
+    from adcompiler.frontend import compile_source
+    from adcompiler.passes.inline import Inline
+    path = Path(__file__).parent.parent / "samples" / f"{sample}.tdsl"
+    module = Inline()(compile_source(path.read_text(), str(path)))
+    fn = module.main
+    wrt = [a for a in fn.arg_names if a in fn.params]
+    results = list(fn.body.ops[-1].operands)
+    active = analyze_activity(fn, wrt)
+    assert active and active == _graph_reference(fn, wrt, results)
+
+
+def test_the_sweep_agrees_with_the_whole_graph_around_loops():
+    body = ("  %p = mul(%x, %w) : f32[3]\n" + LOOP.replace("for(%x, %x, %x, %x)", "for(%p, %x, %p, %x)")
+            .replace("%r = add(%a, %g)", "%q = exp(%c) : f32[3]\n  %r = add(%a, %q)"))
+    f = fn_of(body, "%x: f32[3], %w: f32[3]")
+    results = list(f.body.ops[-1].operands)
+    for wrt in (["w"], ["x"], ["x", "w"]):
+        assert analyze_activity(f, wrt) == _graph_reference(f, wrt, results)

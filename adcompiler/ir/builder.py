@@ -14,6 +14,7 @@ from contextlib import contextmanager
 
 from ..diagnostics import Loc, ShapeError
 from ..ops import registry
+from ..ops.registry import REGISTRY
 from ..ops.control import CALL, FOR, RETURN, YIELD
 from .core import Block, Function, Op, Value
 from .types import TensorType
@@ -54,20 +55,25 @@ class Builder:
     # -- registry ops ------------------------------------------------------------------
     def create(self, name: str, operands, attrs: dict | None = None, names=None) -> Op:
         """Create and insert a registry op; returns the `Op`."""
-        opdef = registry.get(name)
+        opdef = REGISTRY.get(name) or registry.get(name)  # `get` raises for an unknown op
         try:
-            attrs = opdef.complete_attrs(dict(attrs or {})) if attrs or opdef.options else {}
+            # a new dict either way: `complete_attrs` copies, and the caller's stays its own
+            attrs = opdef.complete_attrs(attrs) if attrs or opdef.options else {}
             types = opdef.infer([v.type for v in operands], attrs)
         except ShapeError as e:
             raise e.with_loc(self.loc)
-        if isinstance(types, TensorType):
-            types = [types]
-        return self.insert(Op(name, operands, types, attrs, loc=self.loc, result_names=names))
+        op = Op(name, operands, [types] if isinstance(types, TensorType) else types, attrs,
+                None, self.loc, names)
+        if self.index is None:  # `insert`, inlined: derivative passes create ops by the million
+            op.parent = self.block
+            self.block.ops.append(op)
+            return op
+        return self.insert(op)
 
     def emit(self, name: str, *operands: Value, **attrs):
         """Create a registry op; returns its result (or the list of results)."""
-        op = self.create(name, list(operands), attrs)
-        return op.results[0] if len(op.results) == 1 else op.results
+        results = self.create(name, operands, attrs).results
+        return results[0] if len(results) == 1 else results
 
     def const(self, value, dtype: str) -> Value:
         """A scalar constant of `dtype`."""

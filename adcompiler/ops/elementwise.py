@@ -62,7 +62,11 @@ def _broadcast(name, *, float_result=False, result_dtype=None):
     """Type rule of an op whose operands broadcast together (NumPy rules)."""
     def infer(types, attrs):
         first = types[0]
-        same = all(t is first or t == first for t in types)
+        same = True
+        for t in types:  # a loop, not all(<generator>): this runs once per op created
+            if t is not first and t != first:
+                same = False
+                break
         if same:  # the common case: nothing to broadcast or join
             shape, dtype = first.shape, first.dtype
         else:
@@ -289,12 +293,15 @@ def binary(name, cuda, da, db, *, traits=(), jvp=None, float_result=False, rewri
                 db(*args) if bb.type.is_float else None]
 
     def forward(b, op, tangents):
-        ta, tb = (float_tangent(v, t) for v, t in zip(op.operands, tangents))
-        # an integer operand joins the result's float dtype (log(a) of pow needs a float)
-        a, bb = (v if v.type.is_float else b.emit("cast", v, dtype=op.result.type.dtype)
-                 for v in op.operands)
-        return [add_all(b, [da(b, a, bb, op.result, ta) if ta is not None else None,
-                                 db(b, a, bb, op.result, tb) if tb is not None else None])]
+        (a, bb), (ta, tb), y = op.operands, tangents, op.results[0]
+        # an integer operand has no tangent, and joins the result's float dtype (log(a) of
+        # pow needs a float)
+        if not a.type.is_float:
+            ta, a = None, b.emit("cast", a, dtype=y.type.dtype)
+        if not bb.type.is_float:
+            tb, bb = None, b.emit("cast", bb, dtype=y.type.dtype)
+        return [add_all(b, [da(b, a, bb, y, ta) if ta is not None else None,
+                            db(b, a, bb, y, tb) if tb is not None else None])]
     register(name, _broadcast(name, float_result=float_result), operands=("a", "b"),
              traits=EW + tuple(traits), vjp=vjp, jvp=jvp or forward, cuda=cuda,
              batch=broadcast_rule, rewrites=rewrites, fresh=True)

@@ -13,6 +13,11 @@ body reads it. Both are reachability in a graph of the function's values built i
 so nested loops cost their size, not a fixed point's rounds per level. Calls are treated
 conservatively: every float result of a call with a varied argument is varied, and every
 float argument of a call with a useful result is useful.
+
+The function's own block is swept in order (variation) and in reverse (usefulness) rather
+than built into that graph: in SSA form each op sees its operands' (or results') final
+state, so the sweep is exact, at a fraction of the graph's cost on large straight-line
+programs. Only an op with regions (a loop) gets a graph, of itself alone.
 """
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ from dataclasses import dataclass
 
 from ..diagnostics import AdcError
 from ..ir.core import Block, Function, Module, Op, Value
-from ..ops.registry import ends, has_trait
+from ..ops.registry import REGISTRY, STRUCTURAL, ends, has_trait
 from .pipeline import FunctionPass, register_pass
 
 
@@ -61,10 +66,10 @@ def _loop_backward(op: Op, args, carry_args, yielded, n: int):
     yield from zip(args, op.operands)
 
 
-def _graph(block: Block, g: Graph, forward: bool) -> Graph:
-    """The edges along which variation (`forward`) or usefulness flows: between an op's
-    operands and its results, and the loop rules above."""
-    for op in block.ops:
+def _graph(ops, g: Graph, forward: bool) -> Graph:
+    """The edges among `ops` (one block's) along which variation (`forward`) or usefulness
+    flows: between an op's operands and its results, and the loop rules above."""
+    for op in ops:
         if has_trait(op, "terminator") or _blocks_derivative(op):
             continue
         if has_trait(op, "loop"):
@@ -73,10 +78,10 @@ def _graph(block: Block, g: Graph, forward: bool) -> Graph:
             for src, dst in edges(op, body.args[1:], body.args[1:1 + n], body.ops[-1].operands,
                                   n):
                 _link(g, src, dst)
-            _graph(body, g, forward)
+            _graph(body.ops, g, forward)
             continue
         for region in op.regions:
-            _graph(region, g, forward)
+            _graph(region.ops, g, forward)
         ins, outs = (op.operands, op.results) if forward else (op.results, op.operands)
         for v in ins:
             _link(g, v, op)
@@ -98,12 +103,41 @@ def _reach(seeds, graph: Graph) -> set[Value]:
     return {v for v in reached if type(v) is Value}
 
 
+def _sweep(ops: list[Op], seeds, forward: bool) -> set[Value]:
+    """`_reach` over the graph of `ops` (one block's, taken in reverse when not `forward`),
+    without building it: an op passes the flow from its operands to its float results
+    (from its results to its float operands). An op with regions reaches through the
+    graph of itself, seeded with the values reached so far that it reads (forward) or its
+    reached results (backward): nothing after it flows into it in SSA form."""
+    reached = {v for v in seeds if v.type.is_float}
+    skip = _skipped_ops()
+    for op in ops if forward else reversed(ops):
+        if op.regions:
+            g = _graph([op], {}, forward)
+            reached |= _reach([v for v in g if type(v) is Value and v in reached], g)
+            continue
+        if op.name in skip:
+            continue
+        ins, outs = (op.operands, op.results) if forward else (op.results, op.operands)
+        for v in ins:
+            if v in reached:
+                reached.update([w for w in outs if w.type.is_float])
+                break
+    return reached
+
+
+def _skipped_ops() -> set[str]:
+    """The names of the ops `_graph` leaves out: terminators and ``no_grad`` ops."""
+    return {name for name, d in {**REGISTRY, **STRUCTURAL}.items()
+            if "terminator" in d.traits or "no_grad" in d.traits}
+
+
 def varied_values(fn: Function, wrt: list[str]) -> set[Value]:
     for w in wrt:
         if w not in fn.arg_names:
             raise AdcError(f"'{w}' is not an input of '{fn.name}' "
                            f"(inputs: {', '.join(map(str, fn.arg_names))})", fn.loc)
-    return _reach([fn.arg(w) for w in wrt], _graph(fn.body, {}, forward=True))
+    return _sweep(fn.body.ops, [fn.arg(w) for w in wrt], forward=True)
 
 
 def useful_values(fn: Function, results: list[Value] | None = None) -> set[Value]:
@@ -112,7 +146,7 @@ def useful_values(fn: Function, results: list[Value] | None = None) -> set[Value
         if term is None or not ends(term, "function"):
             raise ValueError(f"function '{fn.name}' has no return op; pass `results`")
         results = term.operands
-    return _reach(results, _graph(fn.body, {}, forward=False))
+    return _sweep(fn.body.ops, results, forward=False)
 
 
 def analyze_activity(fn: Function, wrt: list[str],

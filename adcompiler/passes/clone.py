@@ -34,12 +34,12 @@ def copy_attr(x):
 
 def clone_op(op: Op, value_map: dict[Value, Value]) -> Op:
     """A copy of `op` (regions included) whose operands go through `value_map`."""
-    regions = [clone_block(r, value_map) for r in op.regions]
-    attrs = {k: copy_attr(v) for k, v in op.attrs.items()} if op.attrs else {}
-    new = Op(op.name, [value_map.get(v, v) for v in op.operands],
-             [r.type for r in op.results], attrs, regions=regions,
-             loc=op.loc, result_names=[r.name for r in op.results])
-    for old, res in zip(op.results, new.results):
+    regions = [clone_block(r, value_map) for r in op.regions] if op.regions else None
+    attrs = {k: copy_attr(v) for k, v in op.attrs.items()} if op.attrs else None
+    get, results = value_map.get, op.results
+    new = Op(op.name, [get(v, v) for v in op.operands], [r.type for r in results], attrs,
+             regions, op.loc, [r.name for r in results])
+    for old, res in zip(results, new.results):
         value_map[old] = res
     return new
 

@@ -49,12 +49,10 @@ class Tangents:
         self.b, self.parent, self.t = b, parent, {}
 
     def get(self, v: Value) -> Value | None:
-        env = self
-        while env is not None:
-            if v in env.t:
-                return env.t[v]
-            env = env.parent
-        return None
+        t = self.t.get(v)  # an entry is never None
+        if t is None and self.parent is not None:
+            return self.parent.get(v)
+        return t
 
     def get_or_zeros(self, v: Value) -> Value:
         t = self.get(v)
@@ -82,10 +80,11 @@ class TangentBuilder:
         self.b, self.module, self.active, self.subst = b, module, active, {}
 
     def ops(self, ops: list[Op], tans: Tangents) -> None:
-        b = self.b
+        b, subst, structural_ops = self.b, self.subst, registry.STRUCTURAL
         for op in ops:
-            op.operands = [self.subst.get(v, v) for v in op.operands]
-            structural = registry.STRUCTURAL.get(op.name)
+            if subst:  # empty until a loop replaced values
+                op.operands = [subst.get(v, v) for v in op.operands]
+            structural = structural_ops.get(op.name)
             if structural is not None and structural.forward is not None:
                 structural.forward(self, op, tans)  # emits the op (or its replacement)
                 continue
@@ -94,20 +93,29 @@ class TangentBuilder:
 
     def tangents(self, op: Op, tans: Tangents, rule) -> None:
         """Emit the tangents of `op`'s active results, ``rule(b, op, in_tangents)``."""
-        in_t = [tans.get(v) for v in op.operands]
-        if all(t is None for t in in_t) or not any(r in self.active for r in op.results):
+        active = self.active
+        if not any(r in active for r in op.results):
             return
-        with self.b.at(op.loc):
-            out_t = rule(self.b, op, in_t)
+        in_t = [tans.get(v) for v in op.operands]
+        if not any(in_t):  # every tangent a symbolic zero (a Value is never false)
+            return
+        # `b.at(op.loc)`, without its context object: this runs once per op
+        b = self.b
+        saved = b.loc
+        if op.loc is not None:
+            b.loc = op.loc
+        try:
+            out_t = rule(b, op, in_t)
+        finally:
+            b.loc = saved
         for r, t in zip(op.results, out_t):
-            if r in self.active:
+            if r in active:
                 tans.set(r, t)
-
 
 
 def apply_jvp(b: Builder, op: Op, in_t: list) -> list:
     """One tangent per result of `op` (``None``: zero) from one per operand."""
-    opdef = registry.get(op.name)
+    opdef = registry.REGISTRY.get(op.name) or registry.get(op.name)
     if opdef.jvp is not None:
         out = opdef.jvp(b, op, in_t)
     elif opdef.has("no_grad") or opdef.has("constructor"):
@@ -116,7 +124,8 @@ def apply_jvp(b: Builder, op: Op, in_t: list) -> list:
         out = linear_jvp(b, op, in_t)
     else:
         raise AdcError(f"op '{op.name}' has no forward-mode rule", op.loc)
-    out = [out] if isinstance(out, Value) or out is None else list(out)
+    if type(out) is not list:
+        out = [out] if isinstance(out, Value) or out is None else list(out)
     if len(out) != len(op.results):
         raise AssertionError(f"JVP of {op.name} returned {len(out)} tangents "
                              f"for {len(op.results)} results")
