@@ -42,18 +42,13 @@ class ADPass(ModulePass):
 
     `fn` names the function (default: the module's main function), `wrt` the differentiated
     inputs (default: those marked ``param``). Subclasses implement `derive`, which gets the
-    module and the function's name and returns a new module: each starts with a pass that
-    copies the module (inlining), so calling an AD pass makes no copy of its own.
+    module and the function's name and returns the module with the derivative added. As
+    in any module pass, `run` gets a module it may mutate (the copy calling the pass makes,
+    or a pipeline's own): `derive` inlines in place, never copying it again.
     """
 
     wrt: tuple[str, ...] = ()
     fn: str = ""
-    # the module `derive` returns shares nothing with its input: a pipeline may let the
-    # next pass mutate it without another copy
-    returns_fresh_module = True
-
-    def __call__(self, module: Module) -> Module:
-        return self.run(module)
 
     def run(self, module: Module) -> Module:
         return self.derive(module, self.fn or module.main.name)

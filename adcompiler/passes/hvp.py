@@ -25,13 +25,13 @@ from .reverse import Reverse, build_adjoint
 
 
 def forward_over_reverse(module: Module, fn_name: str, wrt: list[str]) -> Module:
-    """`module` with ``<fn>_grad`` and ``<fn>_hvp`` added."""
+    """`module`, mutated: ``<fn>_grad`` and ``<fn>_hvp`` added."""
     wrt = resolve_wrt(module[fn_name], wrt)
-    m = Reverse(wrt=tuple(wrt), fn=fn_name)(module)  # a new module: later steps mutate it
+    n = len(module[fn_name].result_types)
+    m = Reverse(wrt=tuple(wrt), fn=fn_name).run(module)
     grad_name = f"{fn_name}_grad"
     # the adjoint calls grad rules; their bodies are differentiated like any code
     m = DCE(fn=grad_name).run(Inline(fn=grad_name).run(m))
-    n = len(module[fn_name].result_types)
     grad_fn = m[grad_name]
     hvp = build_tangent(m, grad_fn, wrt, f"{fn_name}_hvp",
                         outputs=list(range(n, n + len(wrt))))
@@ -41,7 +41,7 @@ def forward_over_reverse(module: Module, fn_name: str, wrt: list[str]) -> Module
 
 
 def reverse_over_forward(module: Module, fn_name: str, wrt: list[str]) -> Module:
-    """`module` with ``<fn>_jvp`` and ``<fn>_rof`` added."""
+    """A copy of `module` with ``<fn>_jvp`` and ``<fn>_rof`` added."""
     wrt = resolve_wrt(module[fn_name], wrt)
     m = Inline(fn=fn_name)(module)  # a copy: later steps mutate it
     fn = m[fn_name]
@@ -75,9 +75,10 @@ class HVP(ADPass):
     check: bool = False
 
     def derive(self, module: Module, fn_name: str) -> Module:
+        # the check works on a copy, made before forward_over_reverse mutates `module`
+        rof = reverse_over_forward(module, fn_name, list(self.wrt)) if self.check else None
         m = forward_over_reverse(module, fn_name, list(self.wrt))
-        if self.check:
-            rof = reverse_over_forward(module, fn_name, list(self.wrt))
+        if rof is not None:
             for name in (f"{fn_name}_jvp", f"{fn_name}_rof"):
                 m.add(rof[name])
         return m

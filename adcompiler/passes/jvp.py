@@ -99,15 +99,7 @@ class TangentBuilder:
         in_t = [tans.get(v) for v in op.operands]
         if not any(in_t):  # every tangent a symbolic zero (a Value is never false)
             return
-        # `b.at(op.loc)`, without its context object: this runs once per op
-        b = self.b
-        saved = b.loc
-        if op.loc is not None:
-            b.loc = op.loc
-        try:
-            out_t = rule(b, op, in_t)
-        finally:
-            b.loc = saved
+        out_t = self.b.located(op.loc, rule, self.b, op, in_t)
         for r, t in zip(op.results, out_t):
             if r in active:
                 tans.set(r, t)
@@ -181,6 +173,6 @@ class JVP(ADPass):
     """
 
     def derive(self, module: Module, fn_name: str) -> Module:
-        m = Inline(fn=fn_name)(module)
+        m = Inline(fn=fn_name).run(module)
         m.add(build_tangent(m, m[fn_name], list(self.wrt), f"{fn_name}_jvp"))
         return m

@@ -59,22 +59,22 @@ class Cotangents:
 
 def backprop_ops(b: Builder, ops: list[Op], cts: Cotangents, module: Module) -> None:
     """Emit the reverse sweep of `ops` (one block) at `b`, updating `cts`."""
+    get, structural_ops = cts.ct.get, registry.STRUCTURAL
     for op in reversed(ops):
-        out_cts = [cts.get(r) for r in op.results]
-        if all(c is None for c in out_cts):
+        out_cts = [get(r) for r in op.results]
+        if not any(out_cts):  # every cotangent a symbolic zero (a Value is never false)
             continue
-        with b.at(op.loc):
-            structural = registry.STRUCTURAL.get(op.name)
-            if structural is not None and structural.reverse is not None:
-                in_cts = structural.reverse(b, op, out_cts, cts, module)
-            else:
-                in_cts = apply_vjp(b, op, out_cts)
+        structural = structural_ops.get(op.name)
+        if structural is not None and structural.reverse is not None:
+            in_cts = b.located(op.loc, structural.reverse, b, op, out_cts, cts, module)
+        else:
+            in_cts = b.located(op.loc, apply_vjp, b, op, out_cts)
         for v, ct in zip(op.operands, in_cts):
             cts.add(v, ct)
 
 
 def apply_vjp(b: Builder, op: Op, out_cts: list) -> list:
-    opdef = registry.get(op.name)
+    opdef = registry.REGISTRY.get(op.name) or registry.get(op.name)
     if opdef.vjp is None:
         if opdef.has("no_grad") or opdef.has("constructor"):
             return [None] * len(op.operands)
@@ -140,7 +140,7 @@ class Reverse(ADPass):
     seed: tuple[int, ...] = ()
 
     def derive(self, module: Module, fn_name: str) -> Module:
-        m = Inline(fn=fn_name, rules=("grad",))(module)
+        m = Inline(fn=fn_name, rules=("grad",)).run(module)
         fn = m[fn_name]
         wrt = resolve_wrt(fn, self.wrt)
         n = len(fn.result_types)
