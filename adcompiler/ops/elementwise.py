@@ -115,10 +115,11 @@ def unary(name, cuda, *, deriv=None, scale=None, vjp=None, infer=None, traits=()
     (the cotangent is multiplied by it); `scale(b, x, y, g)`, the cotangent of `x` from the
     cotangent `g`; `vjp`, a whole rule. The JVP rule is the same map applied to the tangent.
     Without any of them the op has derivative zero (give the ``no_grad`` trait)."""
-    if deriv is not None:
-        scale = lambda b, x, y, g: b.emit("mul", g, deriv(b, x, y))  # noqa: E731
-    if scale is not None:
-        vjp = lambda b, op, ct: [scale(b, op.operands[0], op.result, ct[0])]  # noqa: E731
+    if deriv is not None:  # one lambda, not a `scale` made of `deriv`: a call fewer per op
+        vjp = lambda b, op, ct: [b.emit("mul", ct[0],  # noqa: E731
+                                        deriv(b, op.operands[0], op.results[0]))]
+    elif scale is not None:
+        vjp = lambda b, op, ct: [scale(b, op.operands[0], op.results[0], ct[0])]  # noqa: E731
     register(name, infer or _float_unary(name), options=options, traits=EW + tuple(traits),
              vjp=vjp, jvp=_self_adjoint(vjp) if vjp else None, cuda=cuda, flops=flops, doc=doc,
              batch=broadcast_rule, rewrites=rewrites, fresh=fresh)

@@ -38,8 +38,9 @@ def clone_op(op: Op, value_map: dict[Value, Value]) -> Op:
     attrs = {k: copy_attr(v) for k, v in op.attrs.items()} if op.attrs else None
     get, results = value_map.get, op.results
     new = Op(op.name, [get(v, v) for v in op.operands], [r.type for r in results], attrs,
-             regions, op.loc, [r.name for r in results])
+             regions, op.loc)
     for old, res in zip(results, new.results):
+        res.name = old.name  # here, not through Op's result_names: one loop, not two
         value_map[old] = res
     return new
 

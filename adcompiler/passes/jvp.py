@@ -61,10 +61,11 @@ class Tangents:
     def set(self, v: Value, t: Value | None) -> None:
         if t is None or not v.type.is_float:
             return
-        if t.type.shape != v.type.shape:
-            t = self.b.emit("broadcast_to", t, shape=v.type.shape)
-        if t.type.dtype != v.type.dtype:
-            t = self.b.emit("cast", t, dtype=v.type.dtype)
+        if t.type is not v.type:  # (most tangents share their value's type object)
+            if t.type.shape != v.type.shape:
+                t = self.b.emit("broadcast_to", t, shape=v.type.shape)
+            if t.type.dtype != v.type.dtype:
+                t = self.b.emit("cast", t, dtype=v.type.dtype)
         self.t[v] = t
 
 
@@ -94,9 +95,10 @@ class TangentBuilder:
     def tangents(self, op: Op, tans: Tangents, rule) -> None:
         """Emit the tangents of `op`'s active results, ``rule(b, op, in_tangents)``."""
         active = self.active
-        if not any(r in active for r in op.results):
+        if active.isdisjoint(op.results):
             return
-        in_t = [tans.get(v) for v in op.operands]
+        get = tans.t.get if tans.parent is None else tans.get  # a function's own block: a dict
+        in_t = [get(v) for v in op.operands]
         if not any(in_t):  # every tangent a symbolic zero (a Value is never false)
             return
         out_t = self.b.located(op.loc, rule, self.b, op, in_t)

@@ -45,10 +45,11 @@ class Cotangents:
     def add(self, v: Value, ct: Value | None) -> None:
         if ct is None or v not in self.active:
             return
-        if ct.type.shape != v.type.shape:
-            ct = self.b.emit("sum_to", ct, shape=v.type.shape)
-        if ct.type.dtype != v.type.dtype:
-            ct = self.b.emit("cast", ct, dtype=v.type.dtype)
+        if ct.type is not v.type:  # (most cotangents share their value's type object)
+            if ct.type.shape != v.type.shape:
+                ct = self.b.emit("sum_to", ct, shape=v.type.shape)
+            if ct.type.dtype != v.type.dtype:
+                ct = self.b.emit("cast", ct, dtype=v.type.dtype)
         old = self.ct.get(v)
         new = ct if old is None else self.b.emit("add", old, ct)
         if new.name is None and v.name and new.defining_op is not None \
