@@ -11,6 +11,7 @@ builder's current location.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from operator import attrgetter
 
 from ..diagnostics import Loc, ShapeError
 from ..ops import registry
@@ -18,6 +19,11 @@ from ..ops.registry import REGISTRY
 from ..ops.control import CALL, FOR, RETURN, YIELD
 from .core import Block, Function, Op, Value
 from .types import TensorType
+
+
+# `map(TYPE_OF, values)` lists the values' types without a comprehension's frame (Python
+# 3.11 makes one per comprehension): the passes that build ops create them by the million
+TYPE_OF = attrgetter("type")
 
 
 class Builder:
@@ -71,7 +77,7 @@ class Builder:
         try:
             # a new dict either way: `complete_attrs` copies, and the caller's stays its own
             attrs = opdef.complete_attrs(attrs or {}) if attrs or opdef.options else {}
-            types = opdef.infer([v.type for v in operands], attrs)
+            types = opdef.infer(list(map(TYPE_OF, operands)), attrs)
         except ShapeError as e:
             raise e.with_loc(self.loc)
         op = Op(name, operands, [types] if isinstance(types, TensorType) else types, attrs,

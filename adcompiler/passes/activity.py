@@ -121,7 +121,9 @@ def _sweep(ops: list[Op], seeds, forward: bool) -> set[Value]:
         ins, outs = (op.operands, op.results) if forward else (op.results, op.operands)
         for v in ins:
             if v in reached:
-                reached.update([w for w in outs if w.type.is_float])
+                for w in outs:
+                    if w.type.is_float:
+                        reached.add(w)
                 break
     return reached
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 
+from ..ir.builder import TYPE_OF
 from ..ir.core import Block, Function, Module, Op, Value
 
 
@@ -36,8 +37,10 @@ def clone_op(op: Op, value_map: dict[Value, Value]) -> Op:
     """A copy of `op` (regions included) whose operands go through `value_map`."""
     regions = [clone_block(r, value_map) for r in op.regions] if op.regions else None
     attrs = {k: copy_attr(v) for k, v in op.attrs.items()} if op.attrs else None
-    get, results = value_map.get, op.results
-    new = Op(op.name, [get(v, v) for v in op.operands], [r.type for r in results], attrs,
+    get, results, operands = value_map.get, op.results, op.operands
+    # `map` rather than comprehensions (no frame per list, for each op of a large program);
+    # over the operands twice, it calls `get(v, v)`: the operand's copy, else the operand
+    new = Op(op.name, list(map(get, operands, operands)), list(map(TYPE_OF, results)), attrs,
              regions, op.loc)
     for old, res in zip(results, new.results):
         res.name = old.name  # here, not through Op's result_names: one loop, not two

@@ -98,7 +98,7 @@ class TangentBuilder:
         if active.isdisjoint(op.results):
             return
         get = tans.t.get if tans.parent is None else tans.get  # a function's own block: a dict
-        in_t = [get(v) for v in op.operands]
+        in_t = list(map(get, op.operands))
         if not any(in_t):  # every tangent a symbolic zero (a Value is never false)
             return
         out_t = self.b.located(op.loc, rule, self.b, op, in_t)

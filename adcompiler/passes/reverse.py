@@ -62,7 +62,7 @@ def backprop_ops(b: Builder, ops: list[Op], cts: Cotangents, module: Module) -> 
     """Emit the reverse sweep of `ops` (one block) at `b`, updating `cts`."""
     get, structural_ops = cts.ct.get, registry.STRUCTURAL
     for op in reversed(ops):
-        out_cts = [get(r) for r in op.results]
+        out_cts = list(map(get, op.results))
         if not any(out_cts):  # every cotangent a symbolic zero (a Value is never false)
             continue
         structural = structural_ops.get(op.name)
