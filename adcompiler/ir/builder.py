@@ -25,6 +25,12 @@ from .types import TensorType
 # 3.11 makes one per comprehension): the passes that build ops create them by the million
 TYPE_OF = attrgetter("type")
 
+# The result types of ops without options, by op name and operand types, with the op's
+# definition they came from: a type rule reads nothing else, and the derivative passes ask
+# it about the same few operand types for every op they create (types are interned, so a
+# key hashes in C). Errors are not kept: a bad op raises each time.
+_INFERRED: dict[tuple, tuple] = {}
+
 
 class Builder:
     def __init__(self, block: Block, loc: Loc | None = None, index: int | None = None):
@@ -75,9 +81,21 @@ class Builder:
         """Create and insert a registry op; returns the `Op`."""
         opdef = REGISTRY.get(name) or registry.get(name)  # `get` raises for an unknown op
         try:
-            # a new dict either way: `complete_attrs` copies, and the caller's stays its own
-            attrs = opdef.complete_attrs(attrs or {}) if attrs or opdef.options else {}
-            types = opdef.infer(list(map(TYPE_OF, operands)), attrs)
+            if attrs or opdef.options:
+                # a new dict: `complete_attrs` copies, and the caller's stays its own
+                attrs = opdef.complete_attrs(attrs or {})
+                types = opdef.infer(list(map(TYPE_OF, operands)), attrs)
+            else:
+                attrs = {}
+                key = (name, *map(TYPE_OF, operands))
+                known = _INFERRED.get(key)
+                if known is not None and known[0] is opdef:
+                    types = known[1]
+                else:
+                    types = opdef.infer(list(key[1:]), attrs)
+                    if len(_INFERRED) >= 4096:
+                        _INFERRED.clear()
+                    _INFERRED[key] = (opdef, types)
         except ShapeError as e:
             raise e.with_loc(self.loc)
         op = Op(name, operands, [types] if isinstance(types, TensorType) else types, attrs,
