@@ -37,6 +37,7 @@ class Builder:
         self.block = block
         self.loc = loc
         self.index = index  # insertion position; None appends
+        self.shared_consts: dict | None = None  # see `const`
 
     # -- positioning -------------------------------------------------------------------
     def at(self, loc: Loc | None) -> "_At":
@@ -112,8 +113,22 @@ class Builder:
         return results[0] if len(results) == 1 else results
 
     def const(self, value, dtype: str) -> Value:
-        """A scalar constant of `dtype`."""
-        return self.emit("const", value=value, dtype=dtype)
+        """A scalar constant of `dtype`.
+
+        With `shared_consts` set to a dict, a constant appended to a block serves every
+        later request for it there: derivative rules ask for the same few (``1.0``,
+        ``2.0``) once per op, and CSE would merge them into the first anyway. Equal means
+        as CSE has it: ``1`` and ``1.0``, and ``0.0`` and ``-0.0``, differ. The value
+        returned may be shared, so a caller never renames it.
+        """
+        if self.shared_consts is None or self.index is not None:
+            return self.emit("const", value=value, dtype=dtype)
+        key = (self.block, dtype,
+               value.hex() if isinstance(value, float) else (type(value), value))
+        v = self.shared_consts.get(key)
+        if v is None:
+            v = self.shared_consts[key] = self.emit("const", value=value, dtype=dtype)
+        return v
 
     # -- structural ops ----------------------------------------------------------------
     def call(self, fn: Function, args: list[Value]) -> list[Value]:

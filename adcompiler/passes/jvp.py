@@ -154,6 +154,7 @@ def build_tangent(module: Module, fn: Function, wrt: list[str], name: str,
         taken.add(t_args[-1].name)
     tfn.body.ops = []
     b = Builder(tfn.body, ret.loc)
+    b.shared_consts = {}
     tans = Tangents(b)
     for w, t in zip(wrt, t_args):
         tans.t[tfn.arg(w)] = t

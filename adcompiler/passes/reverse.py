@@ -114,6 +114,7 @@ def build_adjoint(module: Module, fn: Function, wrt: list[str], name: str,
     results = list(ret.operands)
     active = analyze_activity(adj, wrt, results)
     b = Builder(adj.body, ret.loc)
+    b.shared_consts = {}
     cts = Cotangents(b, active)
     for k, r in enumerate(results):
         if r in active and (not seed or k in seed):
