@@ -253,40 +253,10 @@ def uses(block: Block) -> dict[Value, list[Op]]:
     return table
 
 
-class UseLists:
-    """The users of every value of a block, built once (one walk) and kept up to date by
-    `replace` and `add`: a pass that folds many values rewrites only the users of each
-    folded value, never the whole function again.
-
-    An op erased from its block may stay in the lists; replacing its operands is harmless.
-    """
-
-    def __init__(self, block: Block):
-        self.users = uses(block)
-
-    def add(self, op: Op) -> None:
-        """Record a new op (and the ops of its regions) as a user of its operands."""
-        for inner in op.walk():
-            for v in inner.operands:
-                self.users.setdefault(v, []).append(inner)
-
-    def replace(self, old: Value, new: Value) -> list[Op]:
-        """Make every user of `old` use `new` instead; returns those users."""
-        users = self.users.pop(old, [])
-        seen = set()
-        for op in users:
-            if id(op) not in seen:
-                seen.add(id(op))
-                op.operands = [new if v is old else v for v in op.operands]
-        self.users.setdefault(new, []).extend(users)
-        return users
-
-
 def replace_all_uses(block: Block, mapping: dict[Value, Value]) -> None:
     """Rewrite operands throughout `block` (nested regions included) through `mapping`.
 
-    One walk of `block`: callers that replace values one at a time, many times, keep a
-    `UseLists` instead."""
+    One walk of `block` per call: collect the replacements first, not a call per value."""
     if not mapping:
         return
     for op in block.walk():

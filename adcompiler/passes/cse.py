@@ -98,11 +98,11 @@ def cse_block(block: Block, scope: _Scopes, mapping: dict[Value, Value],
     pure = pure_op_names() if pure is None else pure
     commutative = commutative_op_names() if commutative is None else commutative
     removed, kept = 0, []
-    get = mapping.get
+    get, merged = mapping.get, mapping.keys()   # a live view of the merged values
     table, added = scope.table, scope.added[-1]
     for op in block.ops:
         # a C-level test first: most ops use no merged value, and keep their operand list
-        if mapping and not mapping.keys().isdisjoint(op.operands):
+        if mapping and not merged.isdisjoint(op.operands):
             op.operands = [get(v, v) for v in op.operands]
         if op.regions:
             for region in op.regions:
