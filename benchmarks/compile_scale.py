@@ -11,11 +11,11 @@ IR printer and parser, the Python emitter and the buffer plan of the derived fun
 Times are CPU seconds of this (single-threaded) process: the wall time on an idle machine,
 without the waits a shared one adds. Every stage runs with the garbage collector's
 thresholds raised, as the `adc` command runs them, and the passes with the collector paused,
-as `run_pipeline` runs them (`adcompiler.ir.gcpause`); "collect" is the full collection that
-ends the pause when the passes left more than a million new objects. The total leaves out
-parse-ir, which `adc compile` does not run (it is timed for `.ir` inputs); the "compile" row
-adds up what `adc compile --emit ir` runs: the frontend, the passes (with that collection)
-and the printer.
+as `run_pipeline` runs them (`adcompiler.ir.gcpause`); "collect" is the end of that pause
+(after the passes left more than a million new objects, it moves them to the collector's
+oldest generation). The total leaves out parse-ir, which `adc compile` does not run (it is
+timed for `.ir` inputs); the "compile" row adds up what `adc compile --emit ir` runs: the
+frontend, the passes (with the end of their pause) and the printer.
 """
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def compile_timed(n: int, mode: str, parse_ir: bool = True) -> tuple[dict[str, f
                 name = pass_spec(p).split("{")[0]
                 module, owned = timed(name, apply_pass, p, module, owned)
             t0 = time.process_time()
-        times["collect"] = time.process_time() - t0  # the pause's full collection
+        times["collect"] = time.process_time() - t0  # the end of the pause
         timed("verify", verify, module)
         text = timed("print", print_module, module)
         if parse_ir:

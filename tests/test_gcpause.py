@@ -41,8 +41,12 @@ def test_a_collector_the_caller_turned_off_stays_off():
         gc.enable()
 
 
+def in_generation(obj, generation: int) -> bool:
+    return any(o is obj for o in gc.get_objects(generation))
+
+
 @pytest.mark.parametrize("many", [True, False])
-def test_a_step_that_left_many_objects_ends_with_a_full_collection(monkeypatch, many):
+def test_a_step_that_left_many_objects_moves_them_to_the_oldest_generation(monkeypatch, many):
     import weakref
     monkeypatch.setattr(gcpause, "FULL_AFTER", 1000)
     gc.collect()
@@ -51,9 +55,31 @@ def test_a_step_that_left_many_objects_ends_with_a_full_collection(monkeypatch, 
         alive = weakref.ref(probe)
         del probe               # garbage, in a cycle: only the collector frees it
         kept = [Cycle() for _ in range(2000 if many else 10)]
-        assert alive() is not None
-    assert (alive() is None) == many
+    assert alive() is not None  # not examined yet: the next full collection frees it
+    assert in_generation(kept[0], 2) == many and in_generation(kept[-1], 0) != many
+    if many:
+        assert gc.get_count()[0] < 1000
+    gc.collect()
+    assert alive() is None
     assert all(c.me is c for c in kept)
+
+
+def test_objects_the_caller_froze_stay_frozen(monkeypatch):
+    import weakref
+    monkeypatch.setattr(gcpause, "FULL_AFTER", 1000)
+    gc.collect()
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with collector_paused():
+            probe = Cycle()
+            alive = weakref.ref(probe)
+            del probe
+            kept = [Cycle() for _ in range(2000)]
+        assert gc.get_freeze_count() == frozen  # a full collection ended the step instead
+        assert alive() is None and in_generation(kept[0], 2)
+    finally:
+        gc.unfreeze()
 
 
 def test_fewer_collections_restores_the_thresholds():

@@ -177,7 +177,7 @@ def test_recompute_loops_are_marked_and_verify():
     assert all(o.attrs.get("recompute") for op in marked for o in op.regions[0].ops[:-1])
     text = print_module(out)
     assert print_module(parse_module(text)) == text
-    marked[0].attrs["unrolled"] = True
+    marked[0].attrs = {**marked[0].attrs, "unrolled": True}
     with pytest.raises(AdcError, match="needs exactly the attrs"):
         verify(out)
 

@@ -50,6 +50,26 @@ class Value:
         return f"<Value {self.name or ''}#{self.uid}: {self.type}>"
 
 
+class _NoAttrs(dict):
+    """The attrs of every op that has none: one shared empty dict that refuses changes (a
+    million ops need no million empty dicts). Give such an op attrs by assigning a new
+    dict: ``op.attrs = {**op.attrs, "recompute": True}``."""
+
+    __slots__ = ()
+
+    def _shared(self, *args, **kwargs):
+        raise TypeError("the attrs of an op without any are shared: assign a new dict "
+                        "(op.attrs = {**op.attrs, key: value}) instead of changing them")
+
+    __setitem__ = __delitem__ = __ior__ = setdefault = update = pop = popitem = clear = _shared
+
+    def __reduce__(self):
+        return "NO_ATTRS"  # copied and pickled as the one shared object
+
+
+NO_ATTRS = _NoAttrs()
+
+
 class Op:
     """An operation. Structural identity: ops are compared by object identity."""
 
@@ -60,7 +80,7 @@ class Op:
                  result_names=None):
         self.name = name
         self.operands: list[Value] = list(operands)
-        self.attrs: dict[str, Any] = dict(attrs) if attrs else {}
+        self.attrs: dict[str, Any] = dict(attrs) if attrs else NO_ATTRS
         if result_names:
             self.results = [Value(t, n, self, k)
                             for k, (t, n) in enumerate(zip(result_types, result_names))]
@@ -224,6 +244,14 @@ class Module:
         plain = [f for f in self.functions.values()
                  if "grad_of" not in f.attrs and "tangent_of" not in f.attrs]
         return plain[-1]
+
+
+def release(op: Op) -> None:
+    """Break the reference cycle of `op`, which a pass has taken out of the IR for good,
+    with its results (each names `op` its owner): reference counting then frees them as
+    soon as the pass lets go of them, instead of the collector later. The results keep
+    their owner, as the pass's own tables may still hold them."""
+    op.results = []
 
 
 def blocks(block: Block) -> list[Block]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir.builder import Builder
-from ..ir.core import Block, Function, Module, Op, Value
+from ..ir.core import Block, Function, Module, Op, Value, release
 from ..ops import registry
 from ..ops.patterns import (Pattern, all_patterns, match_op, may_match, names_fit,
                             root_names)
@@ -99,6 +99,7 @@ class _Driver:
                         while new in replaced:  # a built op was itself rewritten
                             new = replaced[new]
                         replaced[op.result] = new
+                        release(op)
                         continue
             out.append(op)
         self.visits += len(ops)
@@ -153,6 +154,7 @@ def erase_dead(fn: Function) -> None:
                 results = op.results
                 if not (results[0] in need if len(results) == 1
                         else any(r in need for r in results)):
+                    release(op)
                     continue
             need.update(op.operands)
             kept.append(op)
@@ -160,6 +162,7 @@ def erase_dead(fn: Function) -> None:
         block.ops = kept
 
     sweep(fn.body)
+    del sweep  # it refers to itself: a cycle that would keep `need` alive until a collection
 
 
 def canonicalize_function(fn: Function, patterns=None) -> "_Driver":

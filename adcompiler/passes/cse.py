@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..ir.core import Block, Function, Module, Op, Value
+from ..ir.core import Block, Function, Module, Op, Value, release
 from ..ops import registry
 from .pipeline import FunctionPass, register_pass
 
@@ -115,6 +115,7 @@ def cse_block(block: Block, scope: _Scopes, mapping: dict[Value, Value],
             if prior is not op:
                 mapping.update(zip(op.results, prior.results))
                 removed += 1
+                release(op)
                 continue
             added.append(key)
         kept.append(op)

@@ -140,7 +140,7 @@ def apply_clones(fn: Function, clones: dict[int, list[int]]) -> list[tuple[int, 
         for k in sorted(clones.get(t, ())):
             v = ops[k].result
             c = clone_op(ops[k], dict(cur))
-            c.attrs["recompute"] = True
+            c.attrs = {**c.attrs, "recompute": True}
             cur[v] = c.result
             new_ops.append(c)
             made.append((k, c))

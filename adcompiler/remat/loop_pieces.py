@@ -24,7 +24,7 @@ I64 = TensorType("i64")
 def _mark(op: Op) -> None:
     for o in op.walk():
         if not has_trait(o, "terminator"):
-            o.attrs["recompute"] = True
+            o.attrs = {**o.attrs, "recompute": True}
 
 
 MIN_RUN = 100   # runs and chains of this many blocks on are emitted as nested loops
