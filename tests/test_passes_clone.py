@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from adcompiler.diagnostics import Loc
 from adcompiler.ir.builder import Builder
-from adcompiler.ir.core import Block, Function, Module
+from adcompiler.ir.core import NO_ATTRS, Block, Function, Module
 from adcompiler.ir.printer import print_module
 from adcompiler.ir.types import TensorType
 from adcompiler.passes.clone import clone_block, clone_function, clone_module
@@ -35,7 +35,8 @@ def test_clone_function_copies_everything_and_shares_nothing():
     assert len(old_ops) == len(new_ops) == 5
     for o, n in zip(old_ops, new_ops):
         assert o is not n and o.name == n.name and o.loc == n.loc
-        assert o.attrs == n.attrs and o.attrs is not n.attrs
+        # shared only when there are none: ops without attrs share one immutable empty dict
+        assert o.attrs == n.attrs and (o.attrs is not n.attrs or o.attrs is NO_ATTRS)
         assert all(vmap[r] is s for r, s in zip(o.results, n.results))
         assert not set(n.operands) & set(f.args)  # nothing points back into `f`
     bshape = next(op for op in g.walk() if op.name == "broadcast_to").attrs["shape"]
