@@ -64,6 +64,14 @@ def test_result_type_must_match_type_rule():
           "in @f: 'add' op has result types (f64[2]) but its type rule gives (f32[2])")
 
 
+def test_an_op_like_a_correct_one_before_it_is_still_checked():
+    # the second add has the first one's name and operand types, which passed
+    check(f"  %a = add(%x, %x) : f32[2] {L2}\n  %b = add(%x, %x) : f64[2] {L3}\n"
+          f"  return(%a) {L3}",
+          "in @f: 'add' op has result types (f64[2]) but its type rule gives (f32[2])",
+          line=3)
+
+
 def test_ill_typed_op():
     m = parse_module(f"func @f(%x: f32[2], %z: f32[3]) -> (f32[2]) {{\n"
                      f"%y = add(%x, %z) : f32[2] {L2}\nreturn(%x)\n}}")

@@ -81,11 +81,12 @@ class Op:
         self.name = name
         self.operands: list[Value] = list(operands)
         self.attrs: dict[str, Any] = dict(attrs) if attrs else NO_ATTRS
-        if result_names:
+        if len(result_types) == 1:  # most ops: no comprehension, no enumerate
+            self.results = [Value(result_types[0], result_names[0] if result_names else None,
+                                  self, 0)]
+        elif result_names:
             self.results = [Value(t, n, self, k)
                             for k, (t, n) in enumerate(zip(result_types, result_names))]
-        elif len(result_types) == 1:  # most ops: no comprehension, no enumerate
-            self.results = [Value(result_types[0], None, self, 0)]
         else:
             self.results = [Value(t, None, self, k) for k, t in enumerate(result_types)]
         if regions:

@@ -266,6 +266,8 @@ def is_symbol(d: Dim) -> bool:
 
 def broadcast_shapes(*shapes) -> tuple[Dim, ...]:
     """NumPy broadcasting over `Dim`s; a symbolic size only matches itself or 1."""
+    if shapes and shapes.count(shapes[0]) == len(shapes):  # equal shapes, the common case
+        return tuple(shapes[0])
     rank = max((len(s) for s in shapes), default=0)
     out = []
     for axis in range(rank):
@@ -288,6 +290,8 @@ def broadcast_shapes(*shapes) -> tuple[Dim, ...]:
 
 def join_dtypes(*dtypes: str) -> str:
     """The dtype of an arithmetic op's result; mixing float widths is an error."""
+    if dtypes.count(dtypes[0]) == len(dtypes):  # one dtype, the common case
+        return dtypes[0]
     floats = {d for d in dtypes if d in FLOAT_DTYPES}
     if len(floats) > 1:
         raise ShapeError(f"mixed float dtypes {' and '.join(sorted(floats))}; use cast")

@@ -48,6 +48,10 @@ class _Checker:
     def __init__(self, module: Module):
         self.module = module
         self.errors: list[VerifyError] = []
+        # (name, operand types...) -> result types, for the registry ops without attrs that
+        # passed: most ops of a large program repeat a few such signatures, and their type
+        # rules need not run again (types are interned, so the key hashes in C)
+        self.typed: dict[tuple, list[TensorType]] = {}
 
     def fail(self, where, message: str) -> None:
         """Record a problem of `where` (an Op or a Function)."""
@@ -144,30 +148,41 @@ class _Checker:
     def registry_op(self, op: Op, opdef: registry.OpDef) -> None:
         if op.regions:
             self.fail(op, "must have no regions")
+        key = (op.name, *[v.type for v in op.operands]) if not op.attrs else None
+        inferred = self.typed.get(key)
+        if inferred is None:
+            inferred = self.infer(op, opdef)
+            if inferred is None:
+                return
+        got = [r.type for r in op.results]
+        if got != inferred:
+            self.fail(op, f"has result types {types_text(got)} but its type rule gives "
+                          f"{types_text(inferred)}")
+        elif key is not None:
+            self.typed[key] = inferred
+
+    def infer(self, op: Op, opdef: registry.OpDef) -> list[TensorType] | None:
+        """The result types of `op` by its type rule; None once a problem is reported."""
         if not opdef.variadic and len(op.operands) != len(opdef.operands):
             self.fail(op, f"takes {len(opdef.operands)} operands, got {len(op.operands)}")
-            return
+            return None
         attrs = {k: v for k, v in op.attrs.items() if k not in ANNOTATION_ATTRS}
         try:
             complete = opdef.complete_attrs(attrs)
         except AdcError as e:
             self.fail(op, e.message)
-            return
+            return None
         missing = [k for k in complete if k not in attrs]
         if missing:
             self.fail(op, f"lacks the option{'s' if len(missing) > 1 else ''} "
                           f"{', '.join(missing)} (defaults must be filled in)")
-            return
+            return None
         try:
             inferred = opdef.infer([v.type for v in op.operands], attrs)
         except AdcError as e:
             self.fail(op, f"is ill-typed: {e.message}")
-            return
+            return None
         except Exception as e:  # a malformed attr can break a type rule in any way
             self.fail(op, f"has attrs its type rule cannot use ({type(e).__name__}: {e})")
-            return
-        inferred = [inferred] if isinstance(inferred, TensorType) else list(inferred)
-        got = [r.type for r in op.results]
-        if got != inferred:
-            self.fail(op, f"has result types {types_text(got)} but its type rule gives "
-                          f"{types_text(inferred)}")
+            return None
+        return [inferred] if isinstance(inferred, TensorType) else list(inferred)
