@@ -64,6 +64,30 @@ def test_a_step_that_left_many_objects_moves_them_to_the_oldest_generation(monke
     assert all(c.me is c for c in kept)
 
 
+def big_step() -> "weakref.ref":
+    """A paused step that leaves 2000 objects and one garbage cycle; a reference to it."""
+    import weakref
+    with collector_paused():
+        probe = Cycle()
+        alive = weakref.ref(probe)
+        del probe
+        kept = [Cycle() for _ in range(2000)]  # noqa: F841
+    return alive
+
+
+def test_steps_move_objects_only_once_between_full_collections(monkeypatch):
+    monkeypatch.setattr(gcpause, "FULL_AFTER", 1000)
+    gc.collect()
+    first = big_step()
+    assert first() is not None       # moved
+    second = big_step()              # no full collection since: this step runs one
+    assert first() is None and second() is None
+    third = big_step()               # after that one, a step moves again
+    assert third() is not None
+    gc.collect()
+    assert third() is None
+
+
 def test_objects_the_caller_froze_stay_frozen(monkeypatch):
     import weakref
     monkeypatch.setattr(gcpause, "FULL_AFTER", 1000)
