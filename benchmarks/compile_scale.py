@@ -12,8 +12,8 @@ Times are CPU seconds of this (single-threaded) process: the wall time on an idl
 without the waits a shared one adds. Every stage runs with the garbage collector's
 thresholds raised, as the `adc` command runs them, and the passes with the collector paused,
 as `run_pipeline` runs them (`adcompiler.ir.gcpause`); "collect" is the end of that pause
-(after the passes left more than a million new objects, it moves them to the collector's
-oldest generation). The total leaves out parse-ir, which `adc compile` does not run (it is
+(after the passes left more than 100,000 new objects, it moves them to the collector's
+oldest generation, or runs a full collection: `adcompiler.ir.gcpause` says when). The total leaves out parse-ir, which `adc compile` does not run (it is
 timed for `.ir` inputs); the "compile" row adds up what `adc compile --emit ir` runs: the
 frontend, the passes (with the end of their pause) and the printer.
 """

@@ -46,9 +46,9 @@ def in_generation(obj, generation: int) -> bool:
 
 
 @pytest.mark.parametrize("many", [True, False])
-def test_a_step_that_left_many_objects_moves_them_to_the_oldest_generation(monkeypatch, many):
+def test_a_big_step_moves_its_objects_to_the_oldest_generation(monkeypatch, many):
     import weakref
-    monkeypatch.setattr(gcpause, "FULL_AFTER", 1000)
+    monkeypatch.setattr(gcpause, "MOVE_AFTER", 1000)
     gc.collect()
     with collector_paused():
         probe = Cycle()
@@ -64,33 +64,35 @@ def test_a_step_that_left_many_objects_moves_them_to_the_oldest_generation(monke
     assert all(c.me is c for c in kept)
 
 
-def big_step() -> "weakref.ref":
-    """A paused step that leaves 2000 objects and one garbage cycle; a reference to it."""
+def big_step(size: int):
+    """A paused step that leaves `size` objects and one garbage cycle; a weak reference to
+    the cycle."""
     import weakref
     with collector_paused():
         probe = Cycle()
         alive = weakref.ref(probe)
         del probe
-        kept = [Cycle() for _ in range(2000)]  # noqa: F841
+        kept = [Cycle() for _ in range(size)]  # noqa: F841
     return alive
 
 
-def test_steps_move_objects_only_once_between_full_collections(monkeypatch):
-    monkeypatch.setattr(gcpause, "FULL_AFTER", 1000)
+def test_steps_move_less_than_twice_the_largest_between_full_collections(monkeypatch):
+    monkeypatch.setattr(gcpause, "MOVE_AFTER", 1000)
     gc.collect()
-    first = big_step()
-    assert first() is not None       # moved
-    second = big_step()              # no full collection since: this step runs one
-    assert first() is None and second() is None
-    third = big_step()               # after that one, a step moves again
-    assert third() is not None
+    first = big_step(2000)
+    second = big_step(4000)          # larger than all moved since the last full collection
+    assert first() is not None and second() is not None
+    third = big_step(3000)           # smaller: this step runs a full collection instead
+    assert first() is None and second() is None and third() is None
+    fourth = big_step(2000)          # after a full collection, a step moves again
+    assert fourth() is not None
     gc.collect()
-    assert third() is None
+    assert fourth() is None
 
 
 def test_objects_the_caller_froze_stay_frozen(monkeypatch):
     import weakref
-    monkeypatch.setattr(gcpause, "FULL_AFTER", 1000)
+    monkeypatch.setattr(gcpause, "MOVE_AFTER", 1000)
     gc.collect()
     gc.freeze()
     try:
