@@ -70,6 +70,7 @@ class _Driver:
         self.folds = 0  # rewrites applied (the tests check that this grows linearly)
         self.visits = 0  # ops matched against the table
         self.replaced: dict[Value, Value] = {}
+        self.scratch = Block()  # what a rewrite builds: emptied for each, not made anew
 
     def block(self, block: Block) -> None:
         old, block.ops = block.ops, []
@@ -125,11 +126,11 @@ class _Driver:
             env = {"op": op}
             if not match_op(pat.match, op, env):
                 continue
-            scratch = Block()
-            scratch.parent = block.parent
+            scratch = self.scratch
+            scratch.ops, scratch.parent = [], block.parent
             new = pat.rewrite(Builder(scratch, op.loc), env)
             if new is None or new.type != op.result.type:
-                continue  # whatever a declined rewrite built is dropped with `scratch`
+                continue  # whatever a declined rewrite built is dropped with `scratch.ops`
             self.folds += 1
             self.append(block, scratch.ops)
             return new
