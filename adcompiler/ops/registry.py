@@ -234,6 +234,14 @@ def has_trait(op, trait: str) -> bool:
     return d is not None and trait in d.traits
 
 
+def names_with(*traits: str, structural: bool = True) -> frozenset[str]:
+    """The names of the ops with any of `traits`: registry ops, and structural ones unless
+    `structural` is False. A pass tests each op's name against this set once, instead of
+    looking its definition up per op."""
+    defs = {**REGISTRY, **STRUCTURAL} if structural else REGISTRY
+    return frozenset(n for n, d in defs.items() if any(t in d.traits for t in traits))
+
+
 def returns_new(op) -> bool:
     """Whether the kernel of the IR op `op` always returns a new array (its `fresh`)."""
     d = REGISTRY.get(op.name)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from ..diagnostics import AdcError
 from ..ir.core import Block, Function, Module, Op, Value
-from ..ops.registry import REGISTRY, STRUCTURAL, ends, has_trait
+from ..ops.registry import ends, has_trait, names_with
 from .pipeline import FunctionPass, register_pass
 
 
@@ -110,7 +110,7 @@ def _sweep(ops: list[Op], seeds, forward: bool) -> set[Value]:
     graph of itself, seeded with the values reached so far that it reads (forward) or its
     reached results (backward): nothing after it flows into it in SSA form."""
     reached = {v for v in seeds if v.type.is_float}
-    skip = _skipped_ops()
+    skip = names_with("terminator", "no_grad")  # the ops `_graph` leaves out
     for op in ops if forward else reversed(ops):
         if op.regions:
             g = _graph([op], {}, forward)
@@ -126,12 +126,6 @@ def _sweep(ops: list[Op], seeds, forward: bool) -> set[Value]:
                         reached.add(w)
                 break
     return reached
-
-
-def _skipped_ops() -> set[str]:
-    """The names of the ops `_graph` leaves out: terminators and ``no_grad`` ops."""
-    return {name for name, d in {**REGISTRY, **STRUCTURAL}.items()
-            if "terminator" in d.traits or "no_grad" in d.traits}
 
 
 def varied_values(fn: Function, wrt: list[str]) -> set[Value]:

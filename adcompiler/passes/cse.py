@@ -39,11 +39,11 @@ def freeze(x: Any) -> Any:
 
 def pure_op_names() -> frozenset[str]:
     """The registry ops that are not ``impure``: those CSE merges and dead-op erasure drops."""
-    return frozenset(n for n, d in registry.REGISTRY.items() if not d.has("impure"))
+    return frozenset(registry.REGISTRY) - registry.names_with("impure", structural=False)
 
 
 def commutative_op_names() -> frozenset[str]:
-    return frozenset(n for n, d in registry.REGISTRY.items() if d.has("commutative"))
+    return registry.names_with("commutative", structural=False)
 
 
 def mergeable(op: Op) -> bool:

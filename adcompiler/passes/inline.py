@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ..diagnostics import AdcError
 from ..ir.core import Block, Function, Module, Op, Value
-from ..ops.registry import REGISTRY, STRUCTURAL, has_trait
+from ..ops.registry import has_trait, names_with
 from .clone import clone_function, clone_op
 from .pipeline import FunctionPass, register_pass
 
@@ -48,7 +48,7 @@ class Inline(FunctionPass):
         kept = {f.attrs[f"{kind}_of"] for f in module.functions.values()
                      for kind in self.rules if f"{kind}_of" in f.attrs} \
             if self.keep_custom else set()
-        calls = frozenset(n for n, d in {**REGISTRY, **STRUCTURAL}.items() if d.has("calls"))
+        calls = names_with("calls")
         for f in self.functions(module):
             self._inline_block(f.body, module, flat, (f.name,), kept, calls, {})
         if self.prune:
