@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from adcompiler.diagnostics import AdcError, normalize_newlines
-from adcompiler.frontend import ast, descent
-from adcompiler.frontend.parse import parse_lark
+from adcompiler.frontend.tdsl import ast, descent
+from adcompiler.frontend.tdsl.parse import parse_lark
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fuzz"))
 from mutate import SOURCES, Mutator  # noqa: E402  (the fuzz target's mutator)

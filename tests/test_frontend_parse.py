@@ -2,8 +2,8 @@
 import pytest
 
 from adcompiler.diagnostics import AdcError
-from adcompiler.frontend import ast
-from adcompiler.frontend.parse import parse
+from adcompiler.frontend.tdsl import ast
+from adcompiler.frontend.tdsl.parse import parse
 
 
 def fn_body(src):

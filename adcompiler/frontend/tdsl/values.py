@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ir.types import FLOAT_DTYPES, INT_DTYPES
+from ...ir.types import FLOAT_DTYPES, INT_DTYPES
 from .ast import Span
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir.builder import Builder
-from ..ir.core import Block, Function, Value
-from ..ir.types import TensorType
+from ...ir.builder import Builder
+from ...ir.core import Block, Function, Value
+from ...ir.types import TensorType
 from . import ast
 from .calls import CallLowering
 from .exprs import MAX_DEPTH, ExprLowering

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir.types import DTYPES
+from ...ir.types import DTYPES
 from . import ast
 from .values import Weak, fold
 

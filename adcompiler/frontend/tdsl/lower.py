@@ -12,9 +12,9 @@ module so that the default function stays the last ``def``.
 """
 from __future__ import annotations
 
-from ..diagnostics import AdcError, Loc
-from ..ir.core import Block, Function, Module
-from ..ir.types import DTYPES, Dim, TensorType
+from ...diagnostics import AdcError, Loc
+from ...ir.core import Block, Function, Module
+from ...ir.types import DTYPES, Dim, TensorType
 from . import ast
 from .function import FunctionLowerer
 

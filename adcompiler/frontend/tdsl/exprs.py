@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import difflib
 
-from ..diagnostics import AdcError, Loc
-from ..ir.core import Op, Value
-from ..ir.types import TensorType, join_dtypes
+from ...diagnostics import AdcError, Loc
+from ...ir.core import Op, Value
+from ...ir.types import TensorType, join_dtypes
 from . import ast
 from .calls import CallLowering
 from .values import Multi, Weak, checked_value, default_dtype, fold, literal_dtype

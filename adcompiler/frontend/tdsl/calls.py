@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import difflib
 
-from ..ir.core import Function
-from ..ir.types import is_symbol
-from ..ops import registry
+from ...ir.core import Function
+from ...ir.types import is_symbol
+from ...ops import registry
 from . import ast
 from .options import ConstEval
 from .values import Multi, Weak

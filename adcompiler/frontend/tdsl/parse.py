@@ -15,7 +15,7 @@ import lark
 from lark import Token
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
-from ..diagnostics import AdcError, Loc, normalize_newlines
+from ...diagnostics import AdcError, Loc, normalize_newlines
 from . import ast, descent
 from .ast_builder import AstBuilder, TreeError
 
