@@ -47,6 +47,7 @@ from typing import Any, Mapping
 from .errors import InternalError
 from .executor import Executor, Runner, RunError
 from .kernels import DTYPES, PLUGIN_OPS
+from . import cuda_rows
 
 _KERNELS: dict[tuple, Any] = {}
 _HOOK_IDS = itertools.count()
@@ -163,14 +164,18 @@ def peak_memory_hook(cupy):
 
 
 class CudaExecutor(Executor):
-    """The executor with generated kernels for fused ops (`specs`: fused op -> KernelSpec).
+    """The executor with generated kernels for fused ops (`specs`: fused op -> KernelSpec)
+    and, with `rows`, the row kernels of `adc_runtime.cuda_rows` for softmax, log_softmax,
+    cross_entropy and layernorm along a contiguous last axis (f32, f64).
 
     A fused op without a spec runs op by op, like on NumPy."""
 
     def __init__(self, module, cupy, dims: Mapping[str, int] | None = None,
-                 specs: Mapping | None = None):
+                 specs: Mapping | None = None, rows: bool = True):
         super().__init__(module, cupy, dims)
         self.specs = dict(specs or {})
+        # softmax, log_softmax, cross_entropy and layernorm by row kernels (RawModule)
+        self.rows = rows and hasattr(cupy, "RawModule")
         self._consts: dict[tuple, Any] = {}
 
     def run_op(self, op, env) -> list:
@@ -179,7 +184,19 @@ class CudaExecutor(Executor):
             if key not in self._consts:
                 self._consts[key] = super().run_op(op, env)[0]
             return [self._consts[key]]
+        if op.name in cuda_rows.ROW_OPS and self.rows:
+            r = self.run_row(op, [env[v] for v in op.operands])
+            if r is not None:
+                return [r]
         return super().run_op(op, env)
+
+    def run_row(self, op, args):
+        """`op` by its one-launch row kernel (`adc_runtime.cuda_rows`) into its planned
+        buffer, or None where the row kernels do not apply."""
+        res = op.results[0]
+        if res.type.dtype not in ("f32", "f64"):
+            return None
+        return cuda_rows.run_row_op(self.xp, op.name, args, op.attrs, self._views.get(res))
 
     def loop_counter(self, n: int):
         """Views of one device ``arange(n)``: no host-to-device copy per iteration."""

@@ -1,0 +1,398 @@
+"""Row kernels for the CUDA backend: softmax, log_softmax, cross_entropy, layernorm and
+rmsnorm, forward and adjoint, each one launch with one thread block per row.
+
+CuPy's own path for these ops is several kernels per op (a max, a subtraction, an
+exponential, a sum and a division for softmax: five launches and five trips through
+memory). Here a block reduces its row with warp shuffles (``__shfl_xor_sync``, butterfly
+order, every lane ends with the result) and one shared-memory step across the warps, reads
+the row again for the next reduction (it is then in L1/L2) and writes the result once.
+
+The source is one ``cupy.RawModule`` per storage type (``float``, ``double``); the sums
+accumulate in the storage type, as NumPy's do for f32 and f64. Every element-wise step
+is the NumPy kernel's formula in its order (``adc_runtime.kernels.nn``: softmax is
+``exp(x - max) / sum``, log_softmax ``(x - max) - log(sum)``, layernorm
+``(x - mean) / sqrt(var + eps) * gamma + beta``), so a row's results differ from NumPy's
+only through the sums, which add in another order than NumPy's pairwise summation:
+each sum is within ``(log2(threads) + n / threads) * eps`` relative of NumPy's. Maxima are
+exact and propagate NaN (as ``numpy.max``). Divisions and square roots are IEEE-rounded
+(NVRTC's defaults, ``-prec-div=true -prec-sqrt=true``); ``exp``/``log`` are CUDA's, within
+2 ulps of glibc's.
+
+The block size is a function of the row length alone (`threads`), so a row is reduced in the
+same order by every kernel of this module: the softmax written by `cross_entropy`'s
+``probs`` output is bit-identical to `softmax`'s.
+
+Labels of cross_entropy outside ``[0, n)`` give a NaN loss (the kernel never reads out of
+bounds); the runner's input checks reject such labels before a step runs.
+
+Launchers take CuPy arrays (`cp` is the array module, the host stand-in in tests) whose
+reduced axis is last and C-contiguous; `applies` says when that holds. CuPy is never
+imported here.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+ROW_DTYPES = {"float32": ("float", "f32"), "float64": ("double", "f64")}
+MAX_THREADS = 1024
+
+# the kernel names, each with its parameters in launch order (C types with T the storage
+# type and L the label type); `tests/cuda_host.py` builds its host launchers from these
+SIGNATURES = {
+    "adc_row_softmax": ("const T*", "T*", "long long"),
+    "adc_row_log_softmax": ("const T*", "T*", "long long"),
+    "adc_row_softmax_grad": ("const T*", "const T*", "T*", "long long"),
+    "adc_row_log_softmax_grad": ("const T*", "const T*", "T*", "long long"),
+    "adc_row_cross_entropy": ("const T*", "const L*", "T*", "T*", "long long"),
+    "adc_row_cross_entropy_grad": ("const T*", "const L*", "const T*", "T*", "long long"),
+    "adc_row_layernorm": ("const T*", "const T*", "const T*", "T*", "long long", "T"),
+    "adc_row_layernorm_grad": ("const T*", "const T*", "const T*", "T*", "long long", "T"),
+    "adc_row_rmsnorm": ("const T*", "const T*", "T*", "long long", "T"),
+    "adc_row_rmsnorm_grad": ("const T*", "const T*", "const T*", "T*", "long long", "T"),
+}
+
+SOURCE = r"""
+// infinity and a quiet NaN without the host headers' macros
+#define ADC_INF ((T)__longlong_as_double(0x7ff0000000000000LL))
+#define ADC_NAN ((T)__longlong_as_double(0x7ff8000000000000LL))
+// block-wide reductions: butterfly shuffles in each warp, then every warp folds the warps'
+// partial results in the same order, so all threads hold the same value
+__device__ __forceinline__ T adc_warp_sum(T v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ T adc_nanmax(T a, T b) { return (a != a || a > b) ? a : b; }
+__device__ __forceinline__ T adc_warp_max(T v) {
+    for (int o = 16; o > 0; o >>= 1) v = adc_nanmax(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+__device__ __forceinline__ T adc_block_sum(T v, T *part) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = adc_warp_sum(v);
+    __syncthreads();                       // `part` may still be read by an earlier call
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    v = lane < (int)(blockDim.x >> 5) ? part[lane] : (T)0;
+    return adc_warp_sum(v);
+}
+__device__ __forceinline__ T adc_block_max(T v, T *part) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = adc_warp_max(v);
+    __syncthreads();
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    v = lane < (int)(blockDim.x >> 5) ? part[lane] : -ADC_INF;
+    return adc_warp_max(v);
+}
+// the row's maximum and sum(exp(x - max))
+__device__ __forceinline__ void adc_row_max_sum(const T *x, long long n, T *part, T *m, T *s) {
+    T v = -ADC_INF;
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) v = adc_nanmax(v, x[j]);
+    const T mx = adc_block_max(v, part);
+    T e = 0;
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) e += exp(x[j] - mx);
+    *m = mx;
+    *s = adc_block_sum(e, part);
+}
+
+extern "C" __global__ void adc_row_softmax(const T *x, T *y, long long n) {
+    __shared__ T part[32];
+    x += blockIdx.x * n; y += blockIdx.x * n;
+    T m, s;
+    adc_row_max_sum(x, n, part, &m, &s);
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) y[j] = exp(x[j] - m) / s;
+}
+
+extern "C" __global__ void adc_row_log_softmax(const T *x, T *y, long long n) {
+    __shared__ T part[32];
+    x += blockIdx.x * n; y += blockIdx.x * n;
+    T m, s;
+    adc_row_max_sum(x, n, part, &m, &s);
+    const T ls = log(s);
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) y[j] = (x[j] - m) - ls;
+}
+
+// dx = y * (g - sum(g * y)): softmax's adjoint from its output y and the cotangent g
+extern "C" __global__ void adc_row_softmax_grad(const T *y, const T *g, T *dx, long long n) {
+    __shared__ T part[32];
+    const long long o = blockIdx.x * n;
+    y += o; g += o; dx += o;
+    T v = 0;
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) v += g[j] * y[j];
+    const T d = adc_block_sum(v, part);
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) dx[j] = y[j] * (g[j] - d);
+}
+
+// dx = g - exp(y) * sum(g): log_softmax's adjoint from its output y
+extern "C" __global__ void adc_row_log_softmax_grad(const T *y, const T *g, T *dx,
+                                                     long long n) {
+    __shared__ T part[32];
+    const long long o = blockIdx.x * n;
+    y += o; g += o; dx += o;
+    T v = 0;
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) v += g[j];
+    const T s = adc_block_sum(v, part);
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) dx[j] = g[j] - exp(y[j]) * s;
+}
+
+// loss = -((z[label] - max) - log(sum)); probs (may be null) = softmax(z)
+extern "C" __global__ void adc_row_cross_entropy(const T *z, const L *labels, T *loss,
+                                                  T *probs, long long n) {
+    __shared__ T part[32];
+    z += blockIdx.x * n;
+    T m, s;
+    adc_row_max_sum(z, n, part, &m, &s);
+    if (threadIdx.x == 0) {
+        const long long k = (long long)labels[blockIdx.x];
+        loss[blockIdx.x] = (k >= 0 && k < n) ? -((z[k] - m) - log(s)) : ADC_NAN;
+    }
+    if (probs != 0) {
+        probs += blockIdx.x * n;
+        for (long long j = threadIdx.x; j < n; j += blockDim.x) probs[j] = exp(z[j] - m) / s;
+    }
+}
+
+// dz = ct * (softmax(z) - one_hot(label)), ct one cotangent per row
+extern "C" __global__ void adc_row_cross_entropy_grad(const T *z, const L *labels,
+                                                       const T *ct, T *dz, long long n) {
+    __shared__ T part[32];
+    z += blockIdx.x * n; dz += blockIdx.x * n;
+    T m, s;
+    adc_row_max_sum(z, n, part, &m, &s);
+    const long long k = (long long)labels[blockIdx.x];
+    const T c = ct[blockIdx.x];
+    for (long long j = threadIdx.x; j < n; j += blockDim.x)
+        dz[j] = c * (exp(z[j] - m) / s - (j == k ? (T)1 : (T)0));
+}
+
+// the row's mean and biased variance (two passes: the centred squares)
+__device__ __forceinline__ void adc_row_moments(const T *x, long long n, T *part, T *mean,
+                                                T *var) {
+    T v = 0;
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) v += x[j];
+    const T mu = adc_block_sum(v, part) / (T)n;
+    T q = 0;
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) {
+        const T c = x[j] - mu;
+        q += c * c;
+    }
+    *mean = mu;
+    *var = adc_block_sum(q, part) / (T)n;
+}
+
+extern "C" __global__ void adc_row_layernorm(const T *x, const T *gamma, const T *beta,
+                                              T *y, long long n, T eps) {
+    __shared__ T part[32];
+    x += blockIdx.x * n; y += blockIdx.x * n;
+    T mu, var;
+    adc_row_moments(x, n, part, &mu, &var);
+    const T sd = sqrt(var + eps);
+    for (long long j = threadIdx.x; j < n; j += blockDim.x)
+        y[j] = (x[j] - mu) / sd * gamma[j] + beta[j];
+}
+
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = ct * gamma, xhat = (x - mean) * rstd
+extern "C" __global__ void adc_row_layernorm_grad(const T *x, const T *gamma, const T *ct,
+                                                   T *dx, long long n, T eps) {
+    __shared__ T part[32];
+    const long long o = blockIdx.x * n;
+    x += o; ct += o; dx += o;
+    T mu, var;
+    adc_row_moments(x, n, part, &mu, &var);
+    const T rstd = (T)1 / sqrt(var + eps);
+    T a = 0, b = 0;
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) {
+        const T g = ct[j] * gamma[j];
+        a += g;
+        b += g * ((x[j] - mu) * rstd);
+    }
+    const T mg = adc_block_sum(a, part) / (T)n;
+    const T mgx = adc_block_sum(b, part) / (T)n;
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) {
+        const T g = ct[j] * gamma[j];
+        dx[j] = rstd * ((g - mg) - ((x[j] - mu) * rstd) * mgx);
+    }
+}
+
+// y = x / sqrt(mean(x * x) + eps) * gamma
+extern "C" __global__ void adc_row_rmsnorm(const T *x, const T *gamma, T *y, long long n,
+                                            T eps) {
+    __shared__ T part[32];
+    x += blockIdx.x * n; y += blockIdx.x * n;
+    T q = 0;
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) q += x[j] * x[j];
+    const T sd = sqrt(adc_block_sum(q, part) / (T)n + eps);
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) y[j] = x[j] / sd * gamma[j];
+}
+
+// dx = r * (g - x * r * r * mean(g * x)), g = ct * gamma, r = 1 / sqrt(mean(x * x) + eps)
+extern "C" __global__ void adc_row_rmsnorm_grad(const T *x, const T *gamma, const T *ct,
+                                                 T *dx, long long n, T eps) {
+    __shared__ T part[32];
+    const long long o = blockIdx.x * n;
+    x += o; ct += o; dx += o;
+    T q = 0;
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) q += x[j] * x[j];
+    const T r = (T)1 / sqrt(adc_block_sum(q, part) / (T)n + eps);
+    T b = 0;
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) b += ct[j] * gamma[j] * x[j];
+    const T mgx = adc_block_sum(b, part) / (T)n;
+    for (long long j = threadIdx.x; j < n; j += blockDim.x)
+        dx[j] = r * (ct[j] * gamma[j] - x[j] * (r * r) * mgx);
+}
+"""
+
+
+def source(ctype: str, label_ctype: str = "long long") -> str:
+    """The module's CUDA source for storage type `ctype` and label type `label_ctype`."""
+    return f"typedef {ctype} T;\ntypedef {label_ctype} L;\n{SOURCE}"
+
+
+LABEL_CTYPES = {"int32": "int", "int64": "long long"}
+
+
+def threads(n: int) -> int:
+    """Threads per block for rows of `n` elements: a power of two from 32 to 1024, about
+    four elements per thread."""
+    t = 32
+    while t < MAX_THREADS and t * 4 < n:
+        t *= 2
+    return t
+
+
+_MODULES: dict[tuple, Any] = {}
+
+
+def module(cp, dtype: str, label_dtype: str = "int64"):
+    """The RawModule of `dtype` (and labels of `label_dtype`), built once per array module."""
+    key = (id(cp), dtype, label_dtype)
+    mod = _MODULES.get(key)
+    if mod is None:
+        ctype, _ = ROW_DTYPES[dtype]
+        mod = _MODULES[key] = cp.RawModule(code=source(ctype, LABEL_CTYPES[label_dtype]),
+                                           options=("--std=c++14",))
+    return mod
+
+
+def applies(x, axis: int) -> bool:
+    """Whether the row kernels can run on `x` along `axis`: a float32/float64 array of rank
+    >= 1, C-contiguous, reduced along its last axis."""
+    return (x.ndim >= 1 and axis % x.ndim == x.ndim - 1 and x.dtype.name in ROW_DTYPES
+            and x.flags.c_contiguous)
+
+
+def _launch(cp, name: str, x, args: tuple, label_dtype: str = "int64") -> None:
+    n = x.shape[-1] if x.ndim else 1
+    rows = x.size // n if n else 0
+    if rows == 0 or n == 0:
+        return
+    fn = module(cp, x.dtype.name, label_dtype).get_function(name)
+    fn((rows,), (threads(n),), args)
+
+
+def _scalar(x, v: float):
+    return x.dtype.type(v)
+
+
+def softmax(cp, x, out=None):
+    out = cp.empty_like(x) if out is None else out
+    _launch(cp, "adc_row_softmax", x, (x, out, cp.int64(x.shape[-1])))
+    return out
+
+
+def log_softmax(cp, x, out=None):
+    out = cp.empty_like(x) if out is None else out
+    _launch(cp, "adc_row_log_softmax", x, (x, out, cp.int64(x.shape[-1])))
+    return out
+
+
+def softmax_grad(cp, y, g, out=None):
+    out = cp.empty_like(y) if out is None else out
+    _launch(cp, "adc_row_softmax_grad", y, (y, g, out, cp.int64(y.shape[-1])))
+    return out
+
+
+def log_softmax_grad(cp, y, g, out=None):
+    out = cp.empty_like(y) if out is None else out
+    _launch(cp, "adc_row_log_softmax_grad", y, (y, g, out, cp.int64(y.shape[-1])))
+    return out
+
+
+def cross_entropy(cp, z, labels, out=None, probs=None):
+    """Per-row losses of logits `z` and integer `labels` (C-contiguous); `probs`, when
+    given, receives softmax(z) in the same launch."""
+    out = cp.empty(z.shape[:-1], dtype=z.dtype) if out is None else out
+    if z.size == 0 and out.size:
+        out.fill(z.dtype.type("nan"))  # no class to pick: NumPy would reject the labels
+        return out
+    _launch(cp, "adc_row_cross_entropy", z,
+            (z, labels, out, probs if probs is not None else _null(cp),
+             cp.int64(z.shape[-1])), labels.dtype.name)
+    return out
+
+
+def cross_entropy_grad(cp, z, labels, ct, out=None):
+    out = cp.empty_like(z) if out is None else out
+    _launch(cp, "adc_row_cross_entropy_grad", z, (z, labels, ct, out, cp.int64(z.shape[-1])),
+            labels.dtype.name)
+    return out
+
+
+def layernorm(cp, x, gamma, beta, eps, out=None):
+    out = cp.empty_like(x) if out is None else out
+    _launch(cp, "adc_row_layernorm", x,
+            (x, gamma, beta, out, cp.int64(x.shape[-1]), _scalar(x, eps)))
+    return out
+
+
+def layernorm_grad(cp, x, gamma, ct, eps, out=None):
+    out = cp.empty_like(x) if out is None else out
+    _launch(cp, "adc_row_layernorm_grad", x,
+            (x, gamma, ct, out, cp.int64(x.shape[-1]), _scalar(x, eps)))
+    return out
+
+
+def rmsnorm(cp, x, gamma, eps, out=None):
+    out = cp.empty_like(x) if out is None else out
+    _launch(cp, "adc_row_rmsnorm", x, (x, gamma, out, cp.int64(x.shape[-1]), _scalar(x, eps)))
+    return out
+
+
+def rmsnorm_grad(cp, x, gamma, ct, eps, out=None):
+    out = cp.empty_like(x) if out is None else out
+    _launch(cp, "adc_row_rmsnorm_grad", x,
+            (x, gamma, ct, out, cp.int64(x.shape[-1]), _scalar(x, eps)))
+    return out
+
+
+def _null(cp):
+    """A null pointer argument: an empty array (CuPy gives it no memory, so its data
+    pointer is 0)."""
+    return cp.empty(0, dtype="float32")
+
+
+ROW_OPS = frozenset({"softmax", "log_softmax", "cross_entropy", "layernorm"})
+
+
+def run_row_op(cp, name: str, args: list, attrs: dict, out=None):
+    """`name` (one of `ROW_OPS`) on `args` by its row kernel, into `out` when given; None
+    where the row kernels do not apply (the caller then runs the table kernel)."""
+    x = args[0]
+    axis = attrs.get("axis", -1)
+    if not applies(x, axis):
+        return None
+    if name == "softmax":
+        return softmax(cp, x, out)
+    if name == "log_softmax":
+        return log_softmax(cp, x, out)
+    if name == "cross_entropy":
+        labels = args[1]
+        if labels.dtype.name not in LABEL_CTYPES or not labels.flags.c_contiguous:
+            return None
+        return cross_entropy(cp, x, labels, out)
+    gamma, beta = args[1], args[2]
+    n = x.shape[-1]
+    if any(p.shape != (n,) or p.dtype != x.dtype or not p.flags.c_contiguous
+           for p in (gamma, beta)):
+        return None
+    return layernorm(cp, x, gamma, beta, attrs.get("eps", 1e-5), out)
