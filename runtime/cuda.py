@@ -50,6 +50,9 @@ from .kernels import DTYPES, PLUGIN_OPS
 from . import cuda_rows
 
 _KERNELS: dict[tuple, Any] = {}
+# ops that launch nothing themselves: views, constants, and ops that run other ops
+NOT_LIBRARY = frozenset({"for", "repeat", "call", "fused", "const", "reshape", "expand_dims",
+                         "squeeze", "transpose", "broadcast_to", "stop_gradient"})
 _HOOK_IDS = itertools.count()
 
 
@@ -176,6 +179,9 @@ class CudaExecutor(Executor):
         self.specs = dict(specs or {})
         # softmax, log_softmax, cross_entropy and layernorm by row kernels (RawModule)
         self.rows = rows and hasattr(cupy, "RawModule")
+        # kernels launched by this executor (``adc``: generated and row kernels) and ops
+        # handed to CuPy's library (``library``: one or more kernels or a cuBLAS call each)
+        self.launches = {"adc": 0, "library": 0}
         self._consts: dict[tuple, Any] = {}
 
     def run_op(self, op, env) -> list:
@@ -188,6 +194,8 @@ class CudaExecutor(Executor):
             r = self.run_row(op, [env[v] for v in op.operands])
             if r is not None:
                 return [r]
+        if op.name not in NOT_LIBRARY:
+            self.launches["library"] += 1
         return super().run_op(op, env)
 
     def run_row(self, op, args):
@@ -196,7 +204,10 @@ class CudaExecutor(Executor):
         res = op.results[0]
         if res.type.dtype not in ("f32", "f64"):
             return None
-        return cuda_rows.run_row_op(self.xp, op.name, args, op.attrs, self._views.get(res))
+        r = cuda_rows.run_row_op(self.xp, op.name, args, op.attrs, self._views.get(res))
+        if r is not None:
+            self.launches["adc"] += 1
+        return r
 
     def loop_counter(self, n: int):
         """Views of one device ``arange(n)``: no host-to-device copy per iteration."""
@@ -236,6 +247,7 @@ class CudaExecutor(Executor):
     def _launch(self, op, spec, launch):
         """`launch(kernel)` with `spec`'s kernel (CuPy compiles it at its first launch); a
         failure becomes the located error of `kernel_error`."""
+        self.launches["adc"] += 1
         try:
             return launch(build_kernel(self.xp, spec))
         except (RunError, InternalError):

@@ -203,3 +203,76 @@ def with_raw_modules(cp, cache: Path, launches: list):
 
     cp.RawModule = raw_module
     return cp
+
+
+def with_graphs(cp):
+    """`cp` with CuPy's stream capture: while a `Stream` captures, kernel launches (fused,
+    raw) are recorded, not run; ``end_capture`` gives a graph whose ``launch`` runs them in
+    order on the arrays they were given (the addresses, as on a GPU). Only kernels are
+    recorded: a test that captures anything else fails as CuPy's capture would not."""
+    state: dict = {"capture": None}
+    elementwise, reduction = cp.ElementwiseKernel, cp.ReductionKernel
+
+    def record(thunk):
+        if state["capture"] is None:
+            thunk()
+        else:
+            state["capture"].append(thunk)
+
+    class Elementwise(elementwise):
+        def compute(self, ins, outs):
+            record(lambda: elementwise.compute(self, ins, outs))
+
+    class Reduction(reduction):
+        def compute(self, ins, out, axis, keepdims):
+            record(lambda: reduction.compute(self, ins, out, axis, keepdims))
+
+    raw_module = cp.RawModule
+
+    class CapturedFunction:
+        def __init__(self, fn):
+            self.fn = fn
+
+        def __call__(self, grid, block, args, shared_mem=0, stream=None):
+            record(lambda: self.fn(grid, block, args, shared_mem))
+
+    class Module:
+        def __init__(self, *args, **kwargs):
+            self.module = raw_module(*args, **kwargs)
+
+        def get_function(self, name):
+            return CapturedFunction(self.module.get_function(name))
+
+    class Graph:
+        def __init__(self, thunks):
+            self.thunks = thunks
+
+        def launch(self, stream=None):
+            for t in self.thunks:
+                t()
+
+    class Stream:
+        def __init__(self, non_blocking=False):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+        def begin_capture(self):
+            assert state["capture"] is None, "already capturing"
+            state["capture"] = []
+
+        def end_capture(self):
+            graph, state["capture"] = Graph(state["capture"]), None
+            return graph
+
+        def synchronize(self):
+            pass
+
+    cp.ElementwiseKernel, cp.ReductionKernel, cp.RawModule = Elementwise, Reduction, Module
+    cp.cuda.Stream = Stream
+    cp.capture_state = state
+    return cp
