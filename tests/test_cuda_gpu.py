@@ -44,6 +44,7 @@ from adcompiler.ops import registry
 from adcompiler.passes.reverse import Reverse
 from adc_runtime.executor import Executor, run_function
 from gradcheck import one_op_module
+import test_ops_conv
 import test_ops_nn
 import test_ops_shape
 
@@ -87,6 +88,7 @@ def op_cases() -> list[tuple[str, list, dict]]:
               ("zeros_like", [a], {}), ("ones_like", [a], {})]
     cases += [(op, args, attrs) for op, args, attrs, _ in test_ops_shape.CASES]
     cases += [(op, args, attrs) for op, args, attrs, _ in test_ops_nn.CASES]
+    cases += [case[:3] for case in test_ops_conv.CASES + test_ops_conv.ADJOINTS]
     return cases
 
 

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import test_forward_ops as elementwise_tables
+import test_ops_conv
 import test_ops_linalg
 import test_ops_nn
 import test_ops_shape
@@ -31,6 +32,17 @@ def _id(case):
 def test_table_cases(case):
     op, args, attrs, _ = case
     checked(op, args, attrs, roundtrip=True)
+
+
+def _first_of_each(cases):
+    return list({c[0]: c[:3] for c in reversed(cases)}.values())
+
+
+@pytest.mark.parametrize("case", _first_of_each(test_ops_conv.CASES + test_ops_conv.ADJOINTS),
+                         ids=lambda c: c[0])
+def test_conv_pool_pad(case):
+    """One case per op here (test_ops_conv checks them all)."""
+    checked(*case)
 
 
 @pytest.mark.parametrize("sa,sb", test_ops_linalg.MATMUL_SHAPES, ids=str)

@@ -64,6 +64,7 @@ DTYPES = {"f16": "float16", "f32": "float32", "f64": "float64",
           "i32": "int32", "i64": "int64", "bool": "bool"}
 
 from . import create, elementwise, reduce, linalg, shape, nn, collective  # noqa: E402,F401
+from . import conv, pool  # noqa: E402,F401
 
 # the kernels of the built-in ops; the executor checks what any other kernel (a plugin's)
 # returns against the op's declared result types

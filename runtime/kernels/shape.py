@@ -85,3 +85,12 @@ def index_grad_out(xp, ct, *dyn, out, idx, shape=None):
     out.fill(0)
     out[index_key(idx, dyn)] = ct
     return out
+
+
+@kernel("pad")
+def pad(xp, x, widths, value=0.0):
+    """`x` inside an array of `value`, `widths[2k]` before and `widths[2k+1]` after axis k."""
+    lo, hi = widths[0::2], widths[1::2]
+    out = xp.full(tuple(d + a + b for d, a, b in zip(x.shape, lo, hi)), value, dtype=x.dtype)
+    out[tuple(slice(a, a + d) for d, a in zip(x.shape, lo))] = x
+    return out

@@ -1,8 +1,8 @@
 """Op options: constant evaluation of option expressions and checks of their kinds.
 
 Option kinds are those of docs/ops.md: ``int float number bool str dtype axes ints shape
-dim``. Lists become tuples (hashable attributes). A bare name is a dtype for a ``dtype``
-option and a symbolic dimension for ``shape``/``dim`` options.
+dim spatial padding``. Lists become tuples (hashable attributes). A bare name is a dtype for
+a ``dtype`` option and a symbolic dimension for ``shape``/``dim`` options.
 """
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ KIND_TEXT = {
     "axes": "an integer or a list of integers", "ints": "a list of integers",
     "shape": "a list of dimensions (integers or symbolic names)",
     "dim": "a dimension (an integer or a symbolic name)",
+    "spatial": "an integer or a list of integers (one per spatial axis)",
+    "padding": 'an integer, a list of integers, "same" or "valid"',
 }
 
 
@@ -129,6 +131,11 @@ class ConstEval:
             if isinstance(v, list) and all(_is_int(x) for x in v):
                 return tuple(v)
         elif kind == "ints":
+            if isinstance(v, list) and all(_is_int(x) for x in v):
+                return tuple(v)
+        elif kind in ("spatial", "padding"):
+            if _is_int(v) or v is None or (kind == "padding" and isinstance(v, str)):
+                return v
             if isinstance(v, list) and all(_is_int(x) for x in v):
                 return tuple(v)
         else:

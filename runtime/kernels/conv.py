@@ -1,0 +1,139 @@
+"""Kernels of convolutions: each is one matrix product (BLAS on the CPU) over the windows.
+
+The windows of a padded input are a strided view (``as_strided``: no copy), laid out as the
+columns of one matrix (im2col: the one copy); a convolution multiplies the weight by it, the
+weight's adjoint multiplies the output's cotangent by it, and the input's adjoint multiplies
+the transposed weight by the cotangent and adds each kernel tap's columns back into place
+(col2im: one vectorized add per tap). Groups are a batch axis of the product. `xp` is numpy
+or cupy; both have ``as_strided`` and a batched ``matmul``.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+from .table import kernel
+
+
+def per_axis(v, n: int) -> tuple[int, ...]:
+    return (v,) * n if isinstance(v, int) else tuple(v)
+
+
+def padding_pairs(padding, kernel, dilation) -> list[tuple[int, int]]:
+    """(before, after) per spatial axis, as `adcompiler.ops.windows.padding_pairs` (which
+    checks the options; here they are valid)."""
+    n = len(kernel)
+    if padding == "valid":
+        return [(0, 0)] * n
+    if padding == "same":
+        total = [d * (k - 1) for k, d in zip(kernel, per_axis(dilation, n))]
+        return [(t // 2, t - t // 2) for t in total]
+    return [(p, p) for p in per_axis(padding, n)]
+
+
+def padded(xp, x, pads, fill=0):
+    """`x` with `fill` around its spatial axes (`x` itself when there is none)."""
+    if not any(lo or hi for lo, hi in pads):
+        return x
+    shape = x.shape[:2] + tuple(s + lo + hi for s, (lo, hi) in zip(x.shape[2:], pads))
+    out = xp.full(shape, fill, dtype=x.dtype)
+    out[inner(x.shape[2:], pads)] = x
+    return out
+
+
+def inner(spatial, pads) -> tuple:
+    """The index of the unpadded part of a padded array."""
+    return (slice(None), slice(None)) + tuple(slice(lo, lo + s)
+                                              for s, (lo, _) in zip(spatial, pads))
+
+
+def window_view(xp, xpad, kernel, stride, dilation, count):
+    """The view ``[N, C, *count, *kernel]`` of the first `count` windows of `xpad`."""
+    n = len(kernel)
+    st = xpad.strides
+    strides = (st[:2] + tuple(st[2 + a] * stride[a] for a in range(n))
+               + tuple(st[2 + a] * dilation[a] for a in range(n)))
+    return xp.lib.stride_tricks.as_strided(xpad, xpad.shape[:2] + tuple(count) + tuple(kernel),
+                                           strides)
+
+
+def tap_slices(tap, stride, dilation, count) -> tuple:
+    """The positions that kernel tap `tap` reads in each window, as slices of the padded
+    input."""
+    return (slice(None), slice(None)) + tuple(
+        slice(t * d, t * d + s * (c - 1) + 1, s) for t, s, d, c in
+        zip(tap, stride, dilation, count))
+
+
+def _geometry(x, kernel, stride, padding, dilation):
+    n = x.ndim - 2
+    stride, dilation = per_axis(stride, n), per_axis(dilation, n)
+    return stride, padding_pairs(padding, kernel, dilation), dilation
+
+
+def _count(size, kernel, stride, dilation):
+    return tuple((s - d * (k - 1) - 1) // st + 1
+                 for s, k, st, d in zip(size, kernel, stride, dilation))
+
+
+def _conv(xp, x, w, stride=1, padding=0, dilation=1, groups=1):
+    """``[N, C, *S] * [O, C/groups, *K] -> [N, O, *S']``: the weight ``[groups, O/groups,
+    C/groups*K]`` times the columns ``[N, groups, C/groups*K, S']``."""
+    kernel = w.shape[2:]
+    stride, pads, dilation = _geometry(x, kernel, stride, padding, dilation)
+    xpad = padded(xp, x, pads)
+    count = _count(xpad.shape[2:], kernel, stride, dilation)
+    n, (batch, c), o = len(kernel), x.shape[:2], w.shape[0]
+    view = window_view(xp, xpad, kernel, stride, dilation, count)
+    perm = (0, 1) + tuple(range(2 + n, 2 + 2 * n)) + tuple(range(2, 2 + n))
+    cols = view.transpose(perm).reshape(batch, groups, c // groups * math.prod(kernel),
+                                        math.prod(count))
+    out = xp.matmul(w.reshape(groups, o // groups, -1), cols)
+    return out.reshape((batch, o) + count)
+
+
+kernel("conv1d", "conv2d")(_conv)
+
+
+@kernel("conv_input_grad")
+def conv_input_grad(xp, g, w, shape, stride=1, padding=0, dilation=1, groups=1):
+    """The adjoint of `_conv`'s input of spatial size `shape`: the transposed weight times
+    `g` (col2im's columns), each tap's columns added back at the positions it read."""
+    kernel = w.shape[2:]
+    stride, pads, dilation = _geometry(g, kernel, stride, padding, dilation)
+    n, (batch, o), c = len(kernel), g.shape[:2], w.shape[1] * groups
+    count = g.shape[2:]
+    wt = w.reshape(groups, o // groups, -1).transpose(0, 2, 1)
+    cols = xp.matmul(wt, g.reshape(batch, groups, o // groups, math.prod(count)))
+    cols = cols.reshape((batch, c) + tuple(kernel) + tuple(count))
+    full = tuple(s + lo + hi for s, (lo, hi) in zip(shape, pads))
+    out = xp.zeros((batch, c) + full, dtype=g.dtype)
+    for tap in itertools.product(*map(range, kernel)):
+        out[tap_slices(tap, stride, dilation, count)] += cols[(slice(None), slice(None)) + tap]
+    return out[inner(shape, pads)] if full != tuple(shape) else out
+
+
+@kernel("conv_weight_grad")
+def conv_weight_grad(xp, x, g, kernel, stride=1, padding=0, dilation=1, groups=1):
+    """The adjoint of `_conv`'s weight: `g` ``[groups, O/groups, N*S']`` times the columns
+    ``[groups, C/groups*K, N*S']`` transposed."""
+    kernel = tuple(kernel)
+    stride, pads, dilation = _geometry(x, kernel, stride, padding, dilation)
+    n, (batch, c), o = len(kernel), x.shape[:2], g.shape[1]
+    count = g.shape[2:]
+    view = window_view(xp, padded(xp, x, pads), kernel, stride, dilation, count)
+    perm = (1,) + tuple(range(2 + n, 2 + 2 * n)) + (0,) + tuple(range(2, 2 + n))
+    cols = view.transpose(perm).reshape(groups, c // groups * math.prod(kernel), -1)
+    gm = g.transpose((1, 0) + tuple(range(2, 2 + n))).reshape(groups, o // groups, -1)
+    return xp.matmul(gm, cols.transpose(0, 2, 1)).reshape((o, c // groups) + kernel)
+
+
+@kernel("conv_transpose2d")
+def conv_transpose2d(xp, x, w, stride=1, padding=0, output_padding=0, dilation=1, groups=1):
+    """`conv_input_grad` at the transposed convolution's output size."""
+    kernel = w.shape[2:]
+    stride, pads, dilation = _geometry(x, kernel, stride, padding, dilation)
+    extra = per_axis(output_padding, 2)
+    shape = tuple((h - 1) * s - 2 * lo + d * (k - 1) + a + 1 for h, s, (lo, _), d, k, a in
+                  zip(x.shape[2:], stride, pads, dilation, kernel, extra))
+    return conv_input_grad(xp, x, w, shape, stride, padding, dilation, groups)
