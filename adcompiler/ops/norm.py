@@ -20,6 +20,7 @@ import math
 from ..diagnostics import ShapeError
 from ..ir.types import TensorType, normalize_axis, num_elements
 from .batching import rank
+from .create import dim_scalar
 from .registry import Option, register
 from .rules import add_all, float_tangent
 
@@ -95,20 +96,22 @@ def standardize(b, x, axes: list[int], eps: float):
 
 
 def _batchnorm_vjp(b, op, cts):
-    """dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) for g = ct * gamma, the means over
-    the batch axes; dgamma = sum(ct * xhat), dbeta = sum(ct) over them."""
+    """dbeta = sum(ct), dgamma = sum(ct * xhat) over the batch axes (N elements per
+    channel); gamma is constant along those axes, so
+    dx = gamma * rstd * (ct - dbeta / N - xhat * dgamma / N)."""
     x, gamma, _ = op.operands
     r, axis, ct = x.type.rank, normalize_axis(op.attrs["axis"], x.type.rank), cts[0]
     axes = others(r, axis)
     xhat, rstd = standardize(b, x, axes, op.attrs["eps"])
-
-    def mean(v):
-        return b.emit("mean", v, axis=axes, keepdims=True)
-    g = b.emit("mul", ct, along(b, gamma, r, axis))
-    inner = b.emit("sub", b.emit("sub", g, mean(g)), b.emit("mul", xhat, mean(
-        b.emit("mul", g, xhat))))
-    return [b.emit("mul", rstd, inner), b.emit("sum", b.emit("mul", ct, xhat), axis=axes),
-            b.emit("sum", ct, axis=axes)]
+    dgamma = b.emit("sum", b.emit("mul", ct, xhat), axis=axes)
+    dbeta = b.emit("sum", ct, axis=axes)
+    n = dim_scalar(b, num_elements([x.type.shape[k] for k in axes]), x.type.dtype)
+    per = b.emit("div", along(b, gamma, r, axis), n)         # gamma / N, per channel
+    shift = b.emit("mul", per, along(b, dbeta, r, axis))
+    slope = b.emit("mul", per, along(b, dgamma, r, axis))
+    inner = b.emit("sub", b.emit("sub", b.emit("mul", ct, along(b, gamma, r, axis)), shift),
+                   b.emit("mul", xhat, slope))
+    return [b.emit("mul", inner, rstd), dgamma, dbeta]
 
 
 def _batchnorm_jvp(b, op, tangents):
