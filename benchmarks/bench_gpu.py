@@ -77,6 +77,7 @@ class Row:
     compile_s: float | None = None
     peak_bytes: int | None = None
     note: str = ""
+    launches: int | None = None   # CUDA kernels of one gradient step (torch.profiler)
     extra: dict = field(default_factory=dict)
     grads: dict = field(default_factory=dict)   # parameter name -> gradient (NumPy)
 
@@ -150,7 +151,8 @@ class Clock:
 
 # ---- adc -----------------------------------------------------------------------------
 
-def run_adc(model: str, sizes: dict, remat: str, clock_for, gpu: bool) -> Row:
+def run_adc(model: str, sizes: dict, remat: str, clock_for, gpu: bool,
+            executor: str = "step", graphs: bool = False) -> Row:
     from adcompiler.cli.remat import apply_remat
     from adcompiler.emit.cuda import ensure_fused, kernel_specs
     from adc_runtime.executor import Executor
@@ -168,14 +170,18 @@ def run_adc(model: str, sizes: dict, remat: str, clock_for, gpu: bool) -> Row:
     if gpu:
         import cupy as cp
         from adc_runtime.cuda import CudaExecutor, peak_memory_hook
+        from adc_runtime.cuda_step import CudaStepExecutor
         arrays = {k: cp.asarray(v) for k, v in inputs.items()}
         resident = sum(a.nbytes for a in arrays.values())
         clock = clock_for("cupy")
+        executors = {}
 
         def stepper(kind):
             module, name = programs[kind]
             fn = module[name]
-            ex = CudaExecutor(module, cp, {}, kernel_specs(module))
+            ex = CudaStepExecutor(module, cp, {}, kernel_specs(module), graphs=graphs) \
+                if executor == "step" else CudaExecutor(module, cp, {}, kernel_specs(module))
+            executors[kind] = ex
             args = [arrays[a.name] for a in fn.args]
             return lambda: ex.call(fn, args)
         to_numpy = cp.asnumpy
@@ -190,11 +196,19 @@ def run_adc(model: str, sizes: dict, remat: str, clock_for, gpu: bool) -> Row:
             return lambda: ex.call(fn, args)
         to_numpy = np.asarray
 
+    if gpu:
+        label += f" ({executor}{', graphs' if graphs else ''})"
     row = Row(model, label)
     steps = {kind: stepper(kind) for kind in ("fwd", "grad")}
     compile_s += clock.warm(steps["fwd"]) + clock.warm(steps["grad"])
     row.compile_s = compile_s
     row.fwd_ms, row.grad_ms = clock.time(steps["fwd"]), clock.time(steps["grad"])
+    if gpu:
+        ex = executors["grad"]
+        before = dict(ex.launches)
+        steps["grad"]()
+        row.extra["adc_launches"] = {k: ex.launches[k] - before[k] for k in before}
+        row.launches = cuda_kernels_per_step(steps["grad"])
     outs = steps["grad"]()
     row.grads = {n[len("grad_"):]: to_numpy(o) for n, o in zip(grad.output_names(), outs)
                  if n.startswith("grad_")}
@@ -211,6 +225,52 @@ def run_adc(model: str, sizes: dict, remat: str, clock_for, gpu: bool) -> Row:
         ex.call(module[name], [inputs[a.name] for a in module[name].args])
         row.peak_bytes = ex.peak
     return row
+
+
+def cuda_kernels_per_step(step) -> int | None:
+    """The CUDA kernels one call of `step` launches, as torch.profiler (CUPTI) sees them:
+    every kernel of the process, CuPy's and cuBLAS's included; None without torch."""
+    if not installed("torch"):
+        return None
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events()  # device-side events, less copies and fills
+               if str(getattr(e, "device_type", "")).endswith("CUDA")
+               and not e.name.startswith(("Memcpy", "Memset")))
+
+
+def standin_launches(model: str, sizes: dict) -> dict:
+    """adc's launches per gradient step on the host stand-in of CuPy (tests/cuda_host.py:
+    the generated kernels' exact source run by g++): ``adc`` kernels (generated, row and
+    multi-tensor kernels, counted by the stand-in as it ran them) and ``library`` ops
+    (each one or more CuPy kernels or a cuBLAS call on a GPU)."""
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    import tempfile
+    from cuda_host import HostKernels, host_cupy
+    from cuda_raw_host import with_raw_modules
+    from adcompiler.emit.cuda import ensure_fused, kernel_specs
+    from adc_runtime.cuda_step import CudaStepExecutor
+    grad = load(model, sizes, "reverse")
+    module = ensure_fused(grad.module)
+    cache = Path(tempfile.gettempdir()) / "adc-cuda-host"
+    cache.mkdir(exist_ok=True)
+    ran: list = []
+    cp = with_raw_modules(host_cupy(HostKernels(cache), ran), cache, ran)
+    fn = module[grad.run_name]
+    inputs = make_inputs(grad.primal, sizes)
+    ex = CudaStepExecutor(module, cp, {}, kernel_specs(module))
+    args = [inputs[a.name] for a in fn.args]
+    with np.errstate(all="ignore"):
+        ex.call(fn, args)
+        before, n = dict(ex.launches), len(ran)
+        ex.call(fn, args)
+    counted = {k: ex.launches[k] - before[k] for k in before}
+    assert counted["adc"] == len(ran) - n, (counted, len(ran) - n)
+    return counted
 
 
 # ---- peers ---------------------------------------------------------------------------
@@ -246,6 +306,8 @@ def run_torch(model: str, sizes: dict, compiled: bool, clock_for, gpu: bool) -> 
     row.compile_s = (time.perf_counter() - t0) if compiled else None
     row.extra["warm_s"] = warm
     row.fwd_ms, row.grad_ms = clock.time(fwd_step), clock.time(grad_step)
+    if gpu:
+        row.launches = cuda_kernels_per_step(grad_step)
     wrt_names = [n for n in names if n in params]
     row.grads = {n: g.detach().cpu().numpy() for n, g in zip(wrt_names, grad_step())}
     if gpu:
@@ -311,8 +373,8 @@ def grad_difference(row: Row, ref: Row | None) -> float | None:
 
 def table(rows: list[Row]) -> str:
     head = ("| model | runner | forward ms | gradient ms | grad / fwd | compile s | peak MiB "
-            "| adc grad / this | adc peak / this | gradient rel. diff vs adc |")
-    lines = [head, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "| adc grad / this | adc peak / this | gradient rel. diff vs adc | kernels / step |")
+    lines = [head, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for model in dict.fromkeys(r.model for r in rows):
         group = [r for r in rows if r.model == model]
         adc = next((r for r in group if r.runner.startswith("adc")), None)
@@ -325,8 +387,17 @@ def table(rows: list[Row]) -> str:
                 f"{_f(peak, '.3f')}{' (' + r.note + ')' if r.note else ''} | "
                 f"{'-' if mine else _ratio(adc and adc.grad_ms, r.grad_ms)} | "
                 f"{'-' if mine else _ratio(adc and adc.peak_bytes, r.peak_bytes)} | "
-                f"{_f(grad_difference(r, adc), '.1e')} |")
+                f"{_f(grad_difference(r, adc), '.1e')} | {_launches(r)} |")
     return "\n".join(lines)
+
+
+def _launches(r: Row) -> str:
+    """Kernels per gradient step (torch.profiler), and adc's own count where it has one."""
+    own = r.extra.get("adc_launches")
+    text = "-" if r.launches is None else str(r.launches)
+    if own:
+        text += f" (adc {own['adc']} + library {own['library']})"
+    return text
 
 
 def header(gpu: bool, args) -> str:
@@ -362,7 +433,20 @@ def main(argv=None) -> int:
     p.add_argument("--runners", default="adc,torch,torch.compile,jax",
                    help="which runners (those not installed are skipped)")
     p.add_argument("--out", default=str(HERE / "results.md"), help="Markdown file to write")
+    p.add_argument("--executor", choices=("step", "interp"), default="step",
+                   help="adc on the GPU: generated step code (default) or the interpreter")
+    p.add_argument("--graphs", action="store_true",
+                   help="capture runs of generated kernels into CUDA graphs")
+    p.add_argument("--launches", action="store_true",
+                   help="print adc's launches per gradient step on the host stand-in of "
+                        "CuPy (needs g++; no GPU) and exit")
     args = p.parse_args(argv)
+    if args.launches:
+        for model in args.models.split(","):
+            sizes = SIZES[args.size or "small"][model]
+            print(f"{model}: adc launches per gradient step on the host stand-in: "
+                  f"{standin_launches(model, sizes)}")
+        return 0
     gpu = not args.cpu
     args.size = args.size or ("small" if args.cpu else "full")
     sizes_of = SIZES[args.size]
@@ -384,7 +468,8 @@ def main(argv=None) -> int:
         sizes = sizes_of[model]
         if "adc" in runners:
             for remat in REMAT.get(model, ("none",)):
-                rows.append(run_adc(model, sizes, remat, clock_for, gpu))
+                rows.append(run_adc(model, sizes, remat, clock_for, gpu, args.executor,
+                                    args.graphs))
         if installed("torch"):
             if "torch" in runners:
                 rows.append(run_torch(model, sizes, False, clock_for, gpu))

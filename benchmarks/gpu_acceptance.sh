@@ -4,8 +4,10 @@
 #   2. create a virtual environment and install the project with its test and cuda extras;
 #   3. check that CuPy sees the GPU;
 #   4. run the GPU tests (python -m pytest -m cuda), log in OUT's stem + -pytest.log;
-#   5. run benchmarks/bench_gpu.py, which writes its Markdown table to OUT.
-# Steps 4 and 5 both run; the exit status is 1 if either failed (or no GPU), 2 for a bad
+#   5. run benchmarks/bench_gpu.py, which writes its Markdown table to OUT;
+#   6. the same with the runs of generated kernels captured as CUDA graphs (--graphs), its
+#      table in OUT's stem + -graphs.md.
+# Steps 4 to 6 all run; the exit status is 1 if any failed (or no GPU), 2 for a bad
 # command line. --dry-run prints the steps without running anything.
 set -euo pipefail
 
@@ -87,5 +89,12 @@ if ! step "$VENV/bin/python" benchmarks/bench_gpu.py --out "$OUT" $BENCH_ARGS; t
     echo "gpu_acceptance: the benchmark failed" >&2
     status=1
 fi
-[ "$DRY" = 1 ] || echo "gpu_acceptance: table written to $OUT; test log $LOG; status $status"
+GRAPHS="${OUT%.md}-graphs.md"
+echo "== 6. benchmark table with CUDA graphs: $GRAPHS"
+# shellcheck disable=SC2086
+if ! step "$VENV/bin/python" benchmarks/bench_gpu.py --graphs --runners adc --out "$GRAPHS" $BENCH_ARGS; then
+    echo "gpu_acceptance: the benchmark with CUDA graphs failed" >&2
+    status=1
+fi
+[ "$DRY" = 1 ] || echo "gpu_acceptance: tables written to $OUT and $GRAPHS; test log $LOG; status $status"
 exit "$status"

@@ -235,3 +235,28 @@ def test_cuda_executor_runs_the_row_kernels(cp, name, mode):
     assert names & {"adc_row_softmax", "adc_row_layernorm", "adc_row_cross_entropy"}
     for g, w in zip(got, want):
         np.testing.assert_allclose(np.asarray(g, np.float64), w, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_row_kernels_on_the_gpu(dtype):
+    """The same kernels on a CUDA device, against NumPy within the module's bound."""
+    cupy = pytest.importorskip("cupy")
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            pytest.skip("no CUDA GPU")
+    except Exception as e:
+        pytest.skip(f"no usable CUDA GPU ({e})")
+    for shape in SHAPES + [(64, 50257)]:
+        x = _data(shape, dtype)
+        n = shape[-1]
+        dx = cupy.asarray(x)
+        close(cupy.asnumpy(rows.softmax(cupy, dx)), KERNELS["softmax"](np, x), dtype, n)
+        labels = np.random.default_rng(1).integers(0, n, shape[:-1])
+        close(cupy.asnumpy(rows.cross_entropy(cupy, dx, cupy.asarray(labels))),
+              KERNELS["cross_entropy"](np, x, labels), dtype, n, scale=1.0)
+        gamma, beta = _data(n, dtype, 5, 1.0), _data(n, dtype, 6, 1.0)
+        y64, xhat, _ = _layernorm64(x, gamma, beta, 1e-5)
+        close(cupy.asnumpy(rows.layernorm(cupy, dx, cupy.asarray(gamma), cupy.asarray(beta),
+                                          1e-5)), y64, dtype, n,
+              np.abs(xhat * gamma) + np.abs(beta))

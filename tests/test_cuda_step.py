@@ -162,3 +162,44 @@ def test_captured_segments_replay_and_fall_back_when_inputs_move(cache):
     for o, e in zip(outs, eager):
         np.testing.assert_array_equal(o, e)
     assert any(s.fallbacks for s in segments)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("graphs", [False, True])
+def test_step_code_on_the_gpu(adam_step, graphs):
+    """The training step by generated code on a CUDA device, three calls on the same arrays
+    (captured from the second with `graphs`), against the NumPy executor."""
+    cupy = pytest.importorskip("cupy")
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            pytest.skip("no CUDA GPU")
+    except Exception as e:
+        pytest.skip(f"no usable CUDA GPU ({e})")
+    module, fused, specs, name = adam_step
+    inputs = train_inputs(module.functions[name])
+    want = run_function(module, name, dict(inputs))[0]
+    backend._KERNELS.clear()
+    run = Runner(fused, name, cupy, lambda dims: cuda_step.CudaStepExecutor(
+        fused, cupy, dims, specs, graphs=graphs))
+    arrays = [cupy.asarray(inputs[a.name]) for a in fused.functions[name].args]
+    for _ in range(3):
+        got = run.run(list(arrays))[0]
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(cupy.asnumpy(g).astype(np.float64), w, rtol=1e-5,
+                                       atol=1e-6)
+
+
+def test_benchmark_prints_the_stand_in_launches(capsys):
+    import importlib.util
+    import sys
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_gpu.py"
+    spec = importlib.util.spec_from_file_location("bench_gpu", path)
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules["bench_gpu"] = bench
+    try:
+        spec.loader.exec_module(bench)
+        assert bench.main(["--launches", "--models", "mlp"]) == 0
+    finally:
+        del sys.modules["bench_gpu"]
+    out = capsys.readouterr().out
+    assert out.startswith("mlp: adc launches per gradient step on the host stand-in: {'adc': ")

@@ -39,7 +39,9 @@ def test_dry_run_prints_every_step_in_order(tmp_path):
         f"{venv}/bin/python -m pip install -q -e .[test,cuda]",
         steps[4],
         f"{venv}/bin/python -m pytest -m cuda -q -rs | tee {tmp_path / 'gpu-pytest.log'}",
-        f"{venv}/bin/python benchmarks/bench_gpu.py --out {out} --steps 5 --repeats 3"]
+        f"{venv}/bin/python benchmarks/bench_gpu.py --out {out} --steps 5 --repeats 3",
+        f"{venv}/bin/python benchmarks/bench_gpu.py --graphs --runners adc --out "
+        f"{tmp_path / 'gpu-graphs.md'} --steps 5 --repeats 3"]
     assert "getDeviceCount()" in steps[4]
     assert not venv.exists() and not out.exists()
 
