@@ -29,13 +29,10 @@ measured peak device memory.
   high-water mark): ``peak_bytes_measured`` is the most device memory held by arrays at
   once, inputs included, next to ``peak_bytes`` (the executor's SSA accounting).
 
-CUDA graphs are not used. Capture would wrap the runs of ops between two matrix products
-(``run_block`` is the place: cut the block at ``matmul``/``einsum`` ops, capture each
-segment once per shape, replay it), because CuPy refuses cuBLAS calls during stream capture
-(cupy/cupy#6290). Replaying needs every buffer a segment touches at a fixed address across
-steps: planned values have one now, but the ops without an in-place form (reductions
-outside fused groups, shape ops that copy, softmax, ...) still allocate from the pool, so
-a segment can be captured only where all its ops write planned buffers.
+CUDA graphs: `adc_runtime.cuda_step` (generated step code) captures runs of generated
+kernels between library calls, behind ``graphs=True``. CuPy refuses cuBLAS calls during
+stream capture (``cublas.setStream`` raises NotImplementedError while the stream
+captures), so the matrix products, and with them the whole step, stay outside.
 
 CuPy is imported only by `load_cupy`, i.e. only when the CUDA device is asked for.
 """
