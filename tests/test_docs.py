@@ -11,13 +11,25 @@ e.g. plugins for ``adc --plugin``):
 * ```pycon: a doctest; its printed output must match (``...`` elides, whitespace is loose);
 * ```console: each ``$ adc ...`` (or ``$ python ...``) line runs and must exit 0; every
   output line shown under it must appear within a line of the output (``...`` elides);
-* ```tdsl: must compile; ```ir: must parse, verify and print back identically.
+* ```tdsl: must compile; ```ir: must parse, verify and print back identically;
+* ```json: must parse (a ```json file=NAME block is an inputs file for later commands).
+
+A ```tdsl block's info string may say more (``file=NAME`` as above, default ``example.tdsl``):
+
+* ``run``: also run as ``adc run NAME --mode reverse --seed 0`` (seeded random inputs), which
+  must succeed; ``run="ARGS"`` appends ARGS (``--fn g``, ``--bind T=3``, ``--mode jvp``);
+* ``error``: compiling it (or, with ``run``, running it) must fail, and the ```text block
+  that follows shows the error as ``adc`` prints it: those lines must appear, in order and
+  one after another, in what it printed.
 
 README.md belongs to the user-facing overview; only its ```python blocks are run here.
 """
 from __future__ import annotations
 
+import contextlib
 import doctest
+import io
+import json
 import os
 import re
 import shlex
@@ -25,6 +37,7 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -35,23 +48,36 @@ from adc_runtime.kernels import KERNELS, PLUGIN_OPS
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = sorted((ROOT / "docs").glob("*.md"))
-RUNNABLE = {"python", "pycon", "console", "tdsl", "ir"}
+RUNNABLE = {"python", "pycon", "console", "tdsl", "ir", "json"}
 OWN_PAGES = ("ir.md", "tutorial-pass.md", "tutorial-op.md", "api.md")
 FENCE = re.compile(r"^```([\w-]*)([^\n]*)\n(.*?)^```\s*$", re.M | re.S)
-FILE = re.compile(r"\bfile=(\S+)")
 
 
-def blocks(path: Path, kinds=RUNNABLE) -> list[tuple[str, int, str, str | None]]:
-    """(kind, line, text, file) of each fenced block of `path` whose kind is in `kinds`;
-    `file` is NAME for a block opened with ```KIND file=NAME."""
+class Fence(NamedTuple):
+    kind: str
+    line: int        # of the block's first line of text
+    text: str
+    file: str | None  # NAME of ```KIND file=NAME
+    info: dict        # the info string's words: ``key=value`` -> value, ``word`` -> True
+
+
+def fences(path: Path) -> list[Fence]:
+    """Every fenced block of `path`, in order."""
     text = path.read_text(encoding="utf-8")
     out = []
     for m in FENCE.finditer(text):
-        if m.group(1) in kinds:
-            info = FILE.search(m.group(2))
-            out.append((m.group(1), text.count("\n", 0, m.start()) + 2, m.group(3),
-                        info.group(1) if info else None))
+        info: dict = {}
+        for word in shlex.split(m.group(2)):
+            key, eq, value = word.partition("=")
+            info[key] = value if eq else True
+        out.append(Fence(m.group(1), text.count("\n", 0, m.start()) + 2, m.group(3),
+                         info.get("file"), info))
     return out
+
+
+def blocks(path: Path, kinds=RUNNABLE) -> list[Fence]:
+    """The fenced blocks of `path` whose kind is in `kinds`."""
+    return [f for f in fences(path) if f.kind in kinds]
 
 
 @pytest.fixture
@@ -135,10 +161,59 @@ def run_console(code: str, where: str) -> None:
                 assert _matches(e, actual), f"{where}: '{cmd}' did not print {e!r}\n{output}"
 
 
+def adc_main(argv: list[str]) -> tuple[int, str]:
+    """`adc ARGV` in-process: its exit status and what it printed (stdout, then stderr)."""
+    from adcompiler import cli
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli.main(argv)
+        except SystemExit as e:  # argparse: a bad command line
+            code = e.code
+    return code, out.getvalue() + err.getvalue()
+
+
+def _contains_lines(expected: str, printed: str) -> bool:
+    """Whether the lines of `expected` appear one after another in `printed` (trailing
+    blanks aside)."""
+    want = [x.rstrip() for x in expected.strip("\n").splitlines()]
+    have = [x.rstrip() for x in printed.splitlines()]
+    return any(have[k:k + len(want)] == want for k in range(len(have) - len(want) + 1))
+
+
+def run_tdsl(fence: Fence, where: str, expected: str | None) -> None:
+    """A ```tdsl block: compiled, run when its info says ``run``; with ``error``, the
+    failure must print `expected`."""
+    name = fence.file or "example.tdsl"
+    run = fence.info.get("run")
+    if expected is None:
+        adc.compile_source(fence.text, where)
+    if run is None:
+        if expected is not None:
+            from adcompiler.diagnostics import render
+            with pytest.raises(adc.AdcError) as err:
+                adc.compile_source(fence.text, name)
+            printed = render(err.value, fence.text)
+            assert _contains_lines(expected, printed), \
+                f"{where}: the error is not the one shown\n{printed}"
+        return
+    Path(name).write_text(fence.text, encoding="utf-8")
+    extra = shlex.split(run) if isinstance(run, str) else []
+    code, printed = adc_main(["run", name, "--mode", "reverse", "--seed", "0", *extra])
+    if expected is None:
+        assert code == 0, f"{where}: 'adc run {name}' exited {code}\n{printed}"
+    else:
+        assert code == 1, f"{where}: 'adc run {name}' exited {code}, not 1\n{printed}"
+        assert _contains_lines(expected, printed), \
+            f"{where}: the error is not the one shown\n{printed}"
+
+
 def run_page(path: Path, kinds=RUNNABLE) -> int:
     ns: dict = {"__name__": f"docs_{path.stem.replace('-', '_')}"}
-    found = blocks(path, kinds)
-    for kind, line, code, file in found:
+    every = fences(path)
+    found = [f for f in every if f.kind in kinds]
+    for fence in found:
+        kind, line, code, file = fence.kind, fence.line, fence.text, fence.file
         where = f"{path.relative_to(ROOT)}:{line}"
         if file:
             Path(file).write_text(code, encoding="utf-8")
@@ -151,7 +226,15 @@ def run_page(path: Path, kinds=RUNNABLE) -> int:
         elif kind == "console":
             run_console(code, where)
         elif kind == "tdsl":
-            adc.compile_source(code, where)
+            expected = None
+            if fence.info.get("error"):
+                after = every[every.index(fence) + 1:]
+                assert after and after[0].kind == "text", \
+                    f"{where}: an error block is followed by a ```text block with the error"
+                expected = after[0].text
+            run_tdsl(fence, where, expected)
+        elif kind == "json":
+            json.loads(code)
         elif kind == "ir":
             module = adc.parse_ir(code, where)
             assert adc.print_module(module).rstrip() == code.rstrip(), \
@@ -172,16 +255,34 @@ def test_readme_python_examples_run(scratch):
 def test_guide_pages_exist_and_have_examples(name):
     path = ROOT / "docs" / name
     assert path.exists(), name
-    kinds = {k for k, _, _, f in blocks(path) if not f}
+    kinds = {b.kind for b in blocks(path) if not b.file}
     assert kinds & {"python", "pycon"}, f"{name} has no runnable Python example"
 
 
 def test_fence_reader(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("x\n```python\na = 1\n```\n```text\nno\n```\n```pycon\n>>> a\n1\n```\n")
-    assert [(k, line) for k, line, _, _ in blocks(page)] == [("python", 3), ("pycon", 9)]
+    assert [(b.kind, b.line) for b in blocks(page)] == [("python", 3), ("pycon", 9)]
     assert _matches("out ... 0.46", [_loose("out   ()  float32   0.462856")])
     assert not _matches("grad_W1", ["grad_b1"])
+    page.write_text('```tdsl file=a.tdsl run="--fn g --bind T=3" error\nx\n```\n')
+    (fence,) = blocks(page)
+    assert (fence.file, fence.info) == ("a.tdsl", {"file": "a.tdsl", "run": "--fn g --bind T=3",
+                                                   "error": True})
+    assert _contains_lines("a\n  ^\n", "note\na\n  ^  \nmore")
+    assert not _contains_lines("a\n  ^\n", "a\n   ^")
+    assert not _contains_lines("a\n  ^\n", "a\nb\n  ^")
+
+
+def test_language_reference_is_linked_and_checked():
+    """docs/tdsl.md is the language's reference: README and the grammar's header point at
+    it, and its examples include programs run in reverse mode and errors checked as shown."""
+    assert "(docs/tdsl.md)" in (ROOT / "README.md").read_text(encoding="utf-8")
+    header = (ROOT / "grammar" / "tdsl.lark").read_text(encoding="utf-8").splitlines()[0]
+    assert "docs/tdsl.md" in header
+    examples = blocks(ROOT / "docs" / "tdsl.md", {"tdsl"})
+    assert sum("run" in b.info for b in examples) >= 5
+    assert sum("error" in b.info for b in examples) >= 2
 
 
 def test_ops_md_lists_every_op():
