@@ -192,8 +192,9 @@ def rms_parts(b, x, axis: int, eps: float):
     inv = b.emit("div", one, s)
     u = b.emit("mul", x, inv)
     ms = b.emit("mean", b.emit("mul", u, u), axis=axis, keepdims=True)
-    k = b.emit("rsqrt", b.emit("add", ms, b.emit("mul", b.const(eps, dtype),
-                                                 b.emit("mul", inv, inv))))
+    if eps > 0:   # then s >= 1 and inv * inv cannot overflow
+        ms = b.emit("add", ms, b.emit("mul", b.const(eps, dtype), b.emit("mul", inv, inv)))
+    k = b.emit("rsqrt", ms)
     return b.emit("mul", u, k), b.emit("mul", k, inv)
 
 
