@@ -257,6 +257,21 @@ def test_max_pool_ties_go_to_the_first_maximum_as_torch():
         np.testing.assert_allclose(got, xt.grad.numpy(), rtol=1e-14, atol=1e-15)
 
 
+def test_max_pool_nan_propagates_and_takes_the_gradient_as_torch():
+    x = np.array([[[[1., np.nan, 0.], [np.nan, 5., 2.], [7., 1., np.nan]]]])
+    g = np.array([[[[2., 3.], [5., 7.]]]])
+    attrs = {"kernel": 2, "stride": 1}
+    got = evaluate("max_pool2d", [x], attrs)
+    assert np.isnan(got).all()
+    dx = evaluate("max_pool2d_grad", [x, g], attrs)
+    # each window's last NaN: (1, 0) for the two left windows, (0, 1) and (2, 2) for the others
+    np.testing.assert_array_equal(dx, [[[[0., 3., 0.], [7., 0., 0.], [0., 0., 7.]]]])
+    torch = pytest.importorskip("torch")
+    xt = torch.tensor(x, requires_grad=True)
+    torch.nn.functional.max_pool2d(xt, 2, 1).backward(torch.tensor(g))
+    np.testing.assert_array_equal(evaluate("max_pool2d_grad", [x, g], attrs), xt.grad.numpy())
+
+
 # ---- second order, batching and the emitted program ---------------------------------------
 
 NET = """\

@@ -1,11 +1,11 @@
 """Kernels of pooling and its adjoints: one vectorized step per kernel tap (a window's
 elements are the same tap of every window, a strided slice), never a loop over windows.
 
-Max pooling picks the first maximal element of each window in row-major order, as PyTorch:
-the maximum is taken tap by tap, and the pick (for the adjoints) is the argmax of the
-windows laid side by side, where NumPy and CuPy return the first of tied maxima (a NaN
-counts as the maximum and propagates). Padding reads as -inf; a window whose elements are
-all -inf picks its first element of `x`, not the padding (PyTorch's kernel does the same).
+Max pooling picks the first maximal element of each window in row-major order, as PyTorch
+(a NaN counts as the maximum and propagates; its derivative goes to the window's last NaN,
+as PyTorch's). Padding reads as -inf; a window whose
+elements are all -inf picks its first element of `x`, not the padding (PyTorch's kernel
+does the same).
 """
 from __future__ import annotations
 
@@ -41,16 +41,28 @@ def max_pool2d(xp, x, kernel, stride=None, padding=0):
 
 
 def pick(xp, x, k, s, pads, count):
-    """The tap (row-major, ``i * kW + j``) of the first maximal element of each window."""
+    """The tap (row-major, ``i * kW + j``) of the first maximal element of each window.
+
+    One pass per tap keeps the best value so far and its tap: a tap wins only if strictly
+    greater, so ties keep the earlier tap; the padding, -inf, never wins, and a window of
+    -inf keeps its first tap inside `x`. A NaN always wins (so the last NaN of a window is
+    picked), as in PyTorch's kernel."""
     xpad = padded(xp, x, pads, fill=-xp.inf)
-    flat = window_view(xp, xpad, k, s, (1, 1), count).reshape(x.shape[:2] + count + (-1,))
-    idx = xp.argmax(flat, axis=-1)
-    if any(p for p, _ in pads) and idx.size:
+    idx = xp.zeros(x.shape[:2] + count, dtype=xp.int64)
+    if any(p for p, _ in pads):
         inside = padded(xp, xp.ones((1, 1) + x.shape[2:], dtype=bool), pads, fill=False)
         first = xp.argmax(window_view(xp, inside, k, s, (1, 1), count)
                           .reshape(count + (-1,)), axis=-1)
-        best = xp.take_along_axis(flat, idx[..., None], axis=-1)[..., 0]
-        idx = xp.where(best == -xp.inf, first, idx)
+        idx[...] = first
+    best = xp.full(idx.shape, -xp.inf, dtype=x.dtype)
+    nan = bool(xp.isnan(x).any())
+    for t, tap in enumerate(taps(k)):
+        v = xpad[tap_slices(tap, s, (1, 1), count)]
+        wins = v > best
+        if nan:
+            wins |= xp.isnan(v)
+        xp.copyto(best, v, where=wins)
+        xp.copyto(idx, t, where=wins)
     return idx
 
 
