@@ -43,7 +43,7 @@ import itertools
 
 import numpy
 
-from . import fused_runs, specialize
+from . import fused_runs, row_fusion, row_passes, specialize
 from .buffers import returns_new, value_nbytes
 from .executor import ANNOTATION_ATTRS, RunError, SHAPE_ATTRS, Executor, check_slices
 from .kernels import BUILTIN, DTYPES, KERNELS, OUT_KERNELS
@@ -154,7 +154,9 @@ class CompiledExecutor(Executor):
         peak = live
         live -= sum(size(v) for v in dead.get(-1, ()))
         body = [f"n0 = {ex}.live"]
-        runs = self._fused_runs(fn) if self.fuse else {}
+        runs = self._row_groups(fn) if row_passes.enabled() else {}
+        if self.fuse:
+            runs.update(self._fused_runs(fn, exclude={fn.body.ops[k] for k in runs}))
         deferred: list = []  # values that die inside a fused run: deleted after it
         for k, op in enumerate(fn.body.ops):
             if op.name == "return":
@@ -177,7 +179,8 @@ class CompiledExecutor(Executor):
                                                   stay)
                 elif run is not None:
                     if k == run.last:
-                        body += self._run_lines(p, run)
+                        body += (self._group_lines(p, run) if isinstance(run, row_fusion.Group)
+                                 else self._run_lines(p, run))
                 else:
                     body += self._op_lines(p, op)
                 gone = [v for v in dead.get(k, ())
@@ -198,8 +201,8 @@ class CompiledExecutor(Executor):
         program.source = source
         return program
 
-    def _fused_runs(self, fn) -> dict:
-        """The runs of `fn`'s body compiled as one loop each (`fused_runs.plan`)."""
+    def _memory(self, fn):
+        """``memory(v) -> (kind, array)``: where a value of `fn` lives (`fused_runs.plan`)."""
         args = set(fn.args)
 
         def memory(v):
@@ -211,12 +214,52 @@ class CompiledExecutor(Executor):
                 return "arena", self._views[v]
             op = v.defining_op
             return ("fresh" if op is not None and returns_new(op) else "unknown"), None
+        return memory
 
+    def _skip(self, op) -> bool:
+        """Whether `op` is evaluated at code generation (its results are constants)."""
+        return bool(op.results) and all(r in self._consts for r in op.results)
+
+    def _fused_runs(self, fn, exclude=frozenset()) -> dict:
+        """The runs of `fn`'s body compiled as one loop each (`fused_runs.plan`), none of
+        them holding an op of `exclude`."""
         return fused_runs.plan(
-            fn.body, self._resolve,
-            skip=lambda op: bool(op.results) and all(r in self._consts for r in op.results),
-            exclude=lambda op: op.name not in BUILTIN or op in self._label_subs,
-            memory=memory)
+            fn.body, self._resolve, skip=self._skip,
+            exclude=lambda op: (op.name not in BUILTIN or op in self._label_subs
+                                or op in exclude),
+            memory=self._memory(fn))
+
+    def _row_groups(self, fn) -> dict:
+        """The ops of `fn`'s body run as row passes (`row_fusion.plan`): not those with a
+        kernel of their own here (cross-entropy's softmax, the one-hot subtractions)."""
+        own = set(self._label_subs) | set(self._label_rows) | set(self._pairs_ce.values())
+        return row_fusion.plan(
+            fn.body, self._resolve, self._consts, skip=self._skip,
+            exclude=lambda op: op.name not in BUILTIN or op in own,
+            memory=self._memory(fn))
+
+    def _group_lines(self, p: _Program, group) -> list[str]:
+        """A row-pass group (`row_fusion`): one call writing its outputs (into their planned
+        buffers, or the inputs they replace); when it declines, the ops one by one."""
+        bufs = []
+        for r in group.outputs:
+            if r in self._donated:
+                bufs.append(self._donated[r])
+            elif r in self._views:
+                bufs.append(p.bind("b", self._views[r]))
+            else:
+                bufs.append("None")
+        k = p.bind("k", group.run)
+        tmp = f"t{len(p.ns)}"
+        p.ns[tmp] = None  # reserves the identifier (a local of the function)
+        args = [p.var(v) for v in group.inputs] + bufs
+        outs = ", ".join(p.var(r) for r in group.outputs)
+        one_by_one = [line for op in group.ops for line in self._op_lines(p, op)]
+        if group.inner:
+            one_by_one.append(f"del {', '.join(p.var(v) for v in group.inner)}")
+        return ([f"{tmp} = {k}({', '.join(args)})", f"if {tmp} is not None:",
+                 f"    {outs}, = {tmp}", "else:"] + ["    " + line for line in one_by_one]
+                + [f"del {tmp}"])
 
     def _run_lines(self, p: _Program, run) -> list[str]:
         """A fused run: one call of its loop, then its outputs named. With outputs written

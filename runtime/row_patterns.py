@@ -1,0 +1,222 @@
+"""The adjoints that run as row passes, found by the shape of their ops.
+
+Each pattern is the op tree its VJP rule emits (`adcompiler.ops.nn` for softmax and
+layernorm, `adcompiler.ops.elementwise` for the tanh GELU), rooted at the adjoint's last
+op: a tuple ``(op name, *operands)``, a name for an operand from outside the group (the same
+name, the same value), ``("c", name)`` for a 0-d constant (the same name, the same bits),
+and names in `DEFS` for shared subtrees. ``add`` and ``mul`` match in either operand order
+(IEEE addition and multiplication are commutative, so the bits are the same); ``sum`` and
+``mean`` must reduce the last axis with ``keepdims``. The loops compute the same operations
+on the bound values and constants (`row_passes`).
+"""
+from __future__ import annotations
+
+import numpy
+
+from . import row_passes
+from .kernels import DTYPES
+
+COMMUTATIVE = ("add", "mul")
+REDUCTIONS = ("sum", "mean")
+
+SOFTMAX = ("mul", "y", ("sub", "dy", ("sum", ("mul", "dy", "y"))))
+
+LAYERNORM = ("mul", "rstd", ("sub", ("sub", "g", ("mean", "g")),
+                             ("mul", "xhat", ("mean", ("mul", "g", "xhat")))))
+LAYERNORM_DEFS = {
+    "rstd": ("rsqrt", ("add", ("mean", ("mul", "xc", "xc")), ("c", "eps"))),
+    "xhat": ("mul", "xc", "rstd"),
+    "xc": ("sub", "x", ("mean", "x")),
+    "g": ("mul", "ct", "gamma"),
+}
+
+GELU_TANH = ("mul", "ct", ("mul", ("c", "half"), (
+    "add", ("add", ("c", "one"), "t"),
+    ("mul", ("mul", "x", ("sub", ("c", "one"), ("square", "t"))),
+     ("mul", ("c", "k"), ("add", ("c", "one"), ("mul", ("c", "a3"), "sq")))))))
+GELU_TANH_DEFS = {
+    "t": ("tanh", ("mul", ("mul", ("c", "k"), "x"), ("add", ("c", "one"), ("mul", ("c", "a"), "sq")))),
+    "sq": ("square", "x"),
+}
+
+
+class _Match:
+    """One attempt: values bound to names, constants' bits, the ops matched."""
+
+    def __init__(self, defs, consts, resolve):
+        self.defs, self.consts, self.resolve = defs, consts, resolve
+        self.env: dict = {}
+        self.const: dict = {}
+        self.ops: dict = {}   # op -> None, in the order found
+
+    def copy(self):
+        m = _Match(self.defs, self.consts, self.resolve)
+        m.env, m.const, m.ops = dict(self.env), dict(self.const), dict(self.ops)
+        return m
+
+
+def _match(pat, v, m: _Match):
+    """`m` extended by `v` matching `pat`, or None."""
+    if isinstance(pat, str):
+        if pat in m.env:
+            return m if m.env[pat] is v else None
+        if pat in m.defs:
+            m = _match(m.defs[pat], v, m)
+            if m is not None:
+                m.env[pat] = v
+            return m
+        m.env[pat] = v
+        return m
+    if pat[0] == "c":
+        c = m.consts.get(v)
+        if c is None or c.shape != ():
+            return None
+        bits = (c.dtype.str, c.tobytes())
+        if m.const.setdefault(pat[1], bits) != bits:
+            return None
+        m.env.setdefault("const:" + pat[1], c)
+        return m
+    op = v.defining_op
+    if op is None or op.name != pat[0] or len(op.operands) != len(pat) - 1 \
+            or len(op.results) != 1 or op.regions or op in m.ops:
+        return None
+    if op.name in REDUCTIONS:
+        axis = op.attrs.get("axis")
+        rank = op.operands[0].type.rank
+        if not op.attrs.get("keepdims") or axis not in (-1, rank - 1, [-1], [rank - 1]):
+            return None
+    elif op.attrs:
+        return None
+    orders = [pat[1:]]
+    if op.name in COMMUTATIVE:
+        orders.append(pat[1:][::-1])
+    for order in orders:
+        t = m.copy()
+        t.ops[op] = None
+        for p, w in zip(order, op.operands):
+            t = _match(p, w, t)
+            if t is None:
+                break
+        else:
+            return t
+    return None
+
+
+def _full(v, shape, dtype, resolve) -> bool:
+    return v.type.dtype == dtype and tuple(resolve(v.type.shape)) == shape
+
+
+def match_adjoint(op, resolve, consts, read_at, index):
+    """``(member ops, inputs, outputs, runner)`` of the adjoint rooted at `op`, or None."""
+    if op.name != "mul" or len(op.results) != 1:
+        return None
+    r = op.results[0]
+    dtype = r.type.dtype
+    if dtype not in ("f32", "f64") or r.type.rank == 0:
+        return None
+    shape = tuple(resolve(r.type.shape))
+    np_dtype = numpy.dtype(DTYPES[dtype])
+    for pat, defs, make in ((SOFTMAX, {}, _softmax), (LAYERNORM, LAYERNORM_DEFS, _layernorm),
+                            (GELU_TANH, GELU_TANH_DEFS, _gelu_tanh)):
+        m = _match(pat, r, _Match(defs, consts, resolve))
+        if m is None or any(c.dtype != np_dtype for k, c in m.env.items()
+                            if k.startswith("const:")):
+            continue
+        made = make(m, shape, np_dtype, dtype, resolve)
+        if made is None:
+            continue
+        inputs, extra, run = made
+        members = list(m.ops)
+        if any(v.defining_op in m.ops for v in inputs):
+            continue   # an operand bound to a value made inside the group
+        inside = {index[o] for o in members}
+        outputs = [r]
+        ok = True
+        for o in members:
+            res = o.results[0]
+            if res is r or not set(read_at.get(res, ())) - inside:
+                continue
+            if res in extra:
+                outputs.append(res)
+            else:
+                ok = False
+        if ok:
+            return members, inputs, outputs, _wrap(run, len(outputs))
+    return None
+
+
+def _wrap(run, n_out):
+    """The runner with a buffer slot for each output (an unused `xhat` slot is None)."""
+    if n_out == 2:
+        return run
+    return lambda *args: run(*args, None)
+
+
+def _rows(shape):
+    rows = 1
+    for d in shape[:-1]:
+        rows *= d
+    return rows, shape[-1]
+
+
+def _softmax(m, shape, np_dtype, dtype, resolve):
+    y, dy = m.env["y"], m.env["dy"]
+    if not (_full(y, shape, dtype, resolve) and _full(dy, shape, dtype, resolve)):
+        return None
+    rows, n = _rows(shape)
+    k, zero, empty = row_passes.get("softmax_adjoint_rows"), np_dtype.type(0), numpy.empty
+
+    def run(dy_, y_, out, _unused):
+        if not (dy_.flags.c_contiguous and y_.flags.c_contiguous) or (
+                out is not None and not out.flags.c_contiguous):
+            return None
+        out = empty(shape, np_dtype) if out is None else out
+        k(dy_.reshape(rows, n), y_.reshape(rows, n), out.reshape(rows, n), zero)
+        return (out,)
+    return [dy, y], (), run
+
+
+def _layernorm(m, shape, np_dtype, dtype, resolve):
+    x, ct, gamma = m.env["x"], m.env["ct"], m.env["gamma"]
+    rows, n = _rows(shape)
+    if not (_full(x, shape, dtype, resolve) and _full(ct, shape, dtype, resolve)
+            and _full(gamma, (n,), dtype, resolve)) or n == 0:
+        return None
+    k = row_passes.get("layernorm_adjoint_rows")
+    eps, zero, one = m.env["const:eps"][()], np_dtype.type(0), np_dtype.type(1)
+    empty = numpy.empty
+
+    def run(x_, ct_, gamma_, out, xhat):
+        if not (x_.flags.c_contiguous and ct_.flags.c_contiguous and gamma_.flags.c_contiguous) \
+                or any(b is not None and not b.flags.c_contiguous for b in (out, xhat)):
+            return None
+        out = empty(shape, np_dtype) if out is None else out
+        keep = xhat is not None
+        h = xhat if keep else out   # not written unless kept
+        k(x_.reshape(rows, n), ct_.reshape(rows, n), gamma_, out.reshape(rows, n),
+          h.reshape(rows, n), eps, zero, one, keep)
+        return (out, xhat) if keep else (out,)
+    return [x, ct, gamma], (m.env["xhat"],), run
+
+
+def _gelu_tanh(m, shape, np_dtype, dtype, resolve):
+    x, ct = m.env["x"], m.env["ct"]
+    if not (_full(x, shape, dtype, resolve) and _full(ct, shape, dtype, resolve)):
+        return None
+    c = {k: m.env["const:" + k][()] for k in ("half", "one", "k", "a", "a3")}
+    inner = row_passes.get("gelu_tanh_grad_inner")
+    outer = row_passes.get("gelu_tanh_grad_outer")
+    tanh, empty = numpy.tanh, numpy.empty
+
+    def run(x_, ct_, out, _unused):
+        if not (x_.flags.c_contiguous and ct_.flags.c_contiguous) or (
+                out is not None and not out.flags.c_contiguous):
+            return None
+        out = empty(shape, np_dtype) if out is None else out
+        xf = x_.reshape(-1)
+        t = empty(xf.shape[0], np_dtype)
+        inner(xf, t, c["k"], c["a"], c["one"])
+        tanh(t, out=t)
+        outer(xf, t, ct_.reshape(-1), out.reshape(-1), c["k"], c["a3"], c["half"], c["one"])
+        return (out,)
+    return [x, ct], (), run
