@@ -88,6 +88,14 @@ CASES = (
        ("take_grad", [f(3, 4), ints(5, 4)], {"axis": 1, "shape": [3, 5]}),
        ("one_hot", [ints(4, 5)], {"n": 4}), ("zeros_like", [f(2)], {}),
        ("ones_like", [f(2)], {}), ("stop_gradient", [f(2)], {})]
+    + [("batchnorm", [f(4, 3, 2), f(3), f(3)], {"axis": 1}),
+       ("batchnorm", [f(4, 3), f(3), f(3)], {"axis": -1, "eps": 1e-3}),
+       ("rmsnorm", [f(2, 4), f(4)], {}), ("rmsnorm", [f(3, 2, 4), f(2)], {"axis": 1}),
+       ("attention", [f(3, 4), f(5, 4), f(5, 2)], {"causal": True}),
+       ("attention", [f(2, 3, 4), f(5, 4), f(1, 5, 2)], {"scale": 0.3}),
+       ("argmax", [f(3, 4)], {}), ("argmin", [f(3, 4)], {"axis": 0}), ("argmax", [f()], {}),
+       ("cumsum", [f(3, 4)], {"axis": 0}), ("cumsum", [f(3, 4)], {"axis": -1, "reverse": True}),
+       ("cumsum", [f()], {"axis": 0})]
     + [("conv1d", [f(2, 2, 7), f(4, 1, 3)], {"stride": 2, "padding": 1, "groups": 2}),
        ("conv2d", [f(2, 4, 5, 4), f(6, 2, 3, 2)], {"padding": "same", "groups": 2}),
        ("conv_transpose2d", [f(1, 4, 3, 3), f(4, 1, 3, 2)],
@@ -178,7 +186,7 @@ SAMPLES = sorted(p.stem for p in (ROOT / "samples").glob("*.tdsl"))
 def test_every_sample_batched_against_a_loop(name):
     """The data inputs batched (perturbed copies), parameters shared, in float64; then
     per-example gradients: the adjoint program batched."""
-    from adcompiler.cli.dtype import to_dtype
+    from adcompiler.passes.to_dtype import to_dtype
     module = to_dtype(adc.load(ROOT / "samples" / f"{name}.tdsl"), "f64")
     fn = module.main
     data = json.loads((ROOT / "samples" / f"{name}.json").read_text())

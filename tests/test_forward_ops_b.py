@@ -8,6 +8,7 @@ import test_forward_ops as elementwise_tables
 import test_ops_conv
 import test_ops_linalg
 import test_ops_nn
+import test_ops_norm_attention
 import test_ops_shape
 from gradcheck import run
 from test_forward_ops import check_op, op_module
@@ -28,7 +29,8 @@ def _id(case):
     return f"{case[0]}-{[np.shape(a) for a in case[1]]}-{case[2]}"
 
 
-@pytest.mark.parametrize("case", test_ops_shape.CASES + test_ops_nn.CASES, ids=_id)
+@pytest.mark.parametrize("case", test_ops_shape.CASES + test_ops_nn.CASES
+                         + test_ops_norm_attention.JVP_CASES, ids=_id)
 def test_table_cases(case):
     op, args, attrs, _ = case
     checked(op, args, attrs, roundtrip=True)
