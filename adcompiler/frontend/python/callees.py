@@ -91,6 +91,7 @@ class CalleeCalls:
             self.lower_stmt(ast.Assign(ordered, call, span))
             return ASSIGNED
         temps = [self.fresh(f"{f.__name__}_{k}") for k in range(n)]
+        self.stable.update(temps)
         self.lower_stmt(ast.Assign([ast.Target(x, span) for x in temps], call, span))
         return _fill(t, [Tensor(ast.Name(x, span)) for x in temps])
 

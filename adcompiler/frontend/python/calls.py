@@ -157,6 +157,8 @@ class CallDispatch:
             name_span = self.callee_span(name_node) if isinstance(name_node, py.Attribute) \
                 else span
         args = [self.operand(v, node) for v in operands]
+        if op == "einsum":   # TDSL's einsum takes its spec first: einsum("ij->ji", x)
+            args.insert(0, ast.String(options.pop("spec"), span))
         kws = [ast.Keyword(k, self.option(v, span, node), span)
                for k, v in options.items() if v is not None]
         return Tensor(ast.Call(op, args, kws, span, name_span))

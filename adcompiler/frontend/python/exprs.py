@@ -293,7 +293,13 @@ class PyExprs:
         name = node.attr
         if isinstance(obj, Tensor):
             return self.tensor_attribute(obj, name, node)
-        if isinstance(obj, types.ModuleType) or getattr(obj, "_adc_ops", False):
+        if isinstance(obj, types.ModuleType) and obj.__name__ == "adcompiler.ops":
+            from ...ops.namespace import op_function
+            try:   # adc.ops.NAME is the op NAME, even where a submodule has that name
+                return op_function(name)
+            except AttributeError:
+                raise self.src.error(f"adc.ops has no op '{name}'", node) from None
+        if isinstance(obj, types.ModuleType):
             if not hasattr(obj, name):
                 raise self.src.error(f"module '{obj.__name__}' has no attribute '{name}'",
                                      node)

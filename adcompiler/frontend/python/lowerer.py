@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import ast as py
 
-from ...ir.core import Block, Function
+from ...ir.core import Block, Function, Value
 from ..tdsl import ast
 from ..tdsl.function import Binding, FunctionLowerer, Scope, I64
-from ..tdsl.values import Weak
+from ...ir.types import FLOAT_DTYPES
+from ..tdsl.exprs import BINARY_OPS, OPERATOR_WHAT
+from ..tdsl.values import Weak, literal_dtype
 from . import pytree
 from .callees import CalleeCalls, Slot
 from .exprs import PyExprs
@@ -66,6 +68,7 @@ class PyLowerer(NumpyCalls, CalleeCalls, PyExprs, FunctionLowerer):
         self.taken |= {a.arg for a in py.walk(src.node) if isinstance(a, py.arg)}
         self.type_cache: dict[int, tuple] = {}
         self.loop_outer: list[set] = []     # names bound before each open IR loop
+        self.stable: set[str] = set()       # names only the front end binds, never rebound
 
     # ---- the body --------------------------------------------------------------------
     def run(self):
@@ -165,6 +168,8 @@ class PyLowerer(NumpyCalls, CalleeCalls, PyExprs, FunctionLowerer):
             if len(value) != len(target.elts):
                 raise self.src.error(f"{len(target.elts)} names are assigned, but the "
                                      f"right side gives {len(value)} values", value_node)
+            value = [self.pin(v, t.id if isinstance(t, py.Name) else "t")
+                     for t, v in zip(target.elts, value)]
             for t, v in zip(target.elts, value):
                 self.bind_target(t, v, value_node)
             return
@@ -387,13 +392,55 @@ class PyLowerer(NumpyCalls, CalleeCalls, PyExprs, FunctionLowerer):
             return ast.Bool(v, span)
         return ast.Number(plain_number(v), span)
 
+    def apply(self, e, a, b):
+        """As TDSL, with NumPy's promotion: an integer array meeting a float array or a
+        float number becomes float (``x * i``, ``i + 1.0`` with a loop index ``i``)."""
+        if isinstance(a, Weak) and isinstance(b, Weak) or e.op == "@":
+            return super().apply(e, a, b)
+        a, b = self.meet([a, b])
+        ta, tb = a.type, b.type
+        if ta.is_float and tb.dtype in ("i32", "i64"):
+            b = self.emit("cast", [b], {"dtype": ta.dtype}, e.op_span, "cast").result
+        elif tb.is_float and ta.dtype in ("i32", "i64"):
+            a = self.emit("cast", [a], {"dtype": tb.dtype}, e.op_span, "cast").result
+        return self.emit(BINARY_OPS[e.op], [a, b], {}, e.op_span,
+                         OPERATOR_WHAT[e.op]).results[0]
+
     def meet(self, vals):
-        """As TDSL, but a float literal that meets no tensor is f64 (NumPy's default)."""
-        if all(not isinstance(v, Weak) for v in vals) or any(
-                not isinstance(v, Weak) and v.type.dtype != "bool" for v in vals):
+        """As TDSL, but a float literal that meets no float array is f64 (NumPy's
+        default), and one that meets only integer arrays makes them float."""
+        if not any(isinstance(v, Weak) for v in vals):
+            return vals
+        dtypes = [v.type.dtype for v in vals if isinstance(v, Value) and
+                  v.type.dtype != "bool"]
+        floats = [d for d in dtypes if d in FLOAT_DTYPES]
+        if floats:
             return super().meet(vals)
-        return [self.const(v, "f64" if isinstance(v.value, float) else "i64")
-                if isinstance(v, Weak) else v for v in vals]
+        weak_float = any(isinstance(v, Weak) and isinstance(v.value, float) for v in vals)
+        other = "f64" if weak_float else dtypes[0] if dtypes else "i64"
+        return [self.const(v, literal_dtype(v.value, other)) if isinstance(v, Weak) else v
+                for v in vals]
+
+    # ---- pinning -----------------------------------------------------------------------
+    def pin(self, value, base: str = "t"):
+        """`value` with each of its arrays bound to a name of its own now: an array kept in
+        a tuple, list or dict must not change when a name it was computed from is
+        rebound later (``a, b = b, a``; ``pair = (x, y); x = ...``)."""
+        if isinstance(value, Tensor):
+            e = value.expr
+            if isinstance(e, ast.Name) and e.id in self.stable:
+                return value
+            name = self.fresh(base)
+            self.stable.add(name)
+            span = getattr(e, "span", None) or ast.Span(1, 1, 1, 1)
+            self.lower_stmt(ast.Assign([ast.Target(name, span)], e, span))
+            return Tensor(ast.Name(name, span))
+        if isinstance(value, (tuple, list)):
+            items = [self.pin(x, base) for x in value]
+            return tuple(items) if isinstance(value, tuple) else items
+        if isinstance(value, dict):
+            return {k: self.pin(x, base) for k, x in value.items()}
+        return value
 
 
 _STATEMENTS = {

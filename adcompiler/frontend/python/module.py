@@ -81,7 +81,7 @@ class Unit:
         name = self.fn_name(f)
         params = {a.arg: a for a in _all_args(node)}
         taken = {n.id for n in py.walk(node) if isinstance(n, py.Name)} | set(params)
-        types, names, spans, statics, inputs = [], [], [], {}, []
+        types, names, spans, statics, inputs, stable = [], [], [], {}, [], set()
         for ps in specs:
             where = params.get(ps.name, node)
             span = src.span(where)
@@ -97,6 +97,7 @@ class Unit:
                       for lf in ps.leaves]
             if not (ps.tree == pytree.LEAF and runtime):
                 statics[ps.name] = pytree.unflatten(ps.tree, values)
+                stable.update(leaf_names)
             for n, lf in zip(leaf_names, runtime):
                 types.append(lf.type)
                 names.append(n)
@@ -105,6 +106,7 @@ class Unit:
                       params={n for n, t in zip(names, types) if t.is_float},
                       loc=src.loc(node))
         lowerer = PyLowerer(self, src, f, fn, spans, statics, entry)
+        lowerer.stable |= stable
         value, ret_node = lowerer.run()
         template = lowerer.finish(value, ret_node)
         self.functions[name] = fn

@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from . import numpy_shapes, numpy_table  # noqa: F401  (they fill the call tables)
+from ..tdsl import ast
 from .calls import CallDispatch
 from .values import TDSL_DTYPE, Tensor, describe, has_tensor, is_number, plain_number
 
@@ -34,6 +35,11 @@ class NumpyCalls(CallDispatch):
             return self.op("stack", items, call, axis=0)
         raise self.src.error(f"{call.name}(): expected an array, got {describe(v)}",
                              call.node)
+
+    def binary_op(self, sym: str, x, y, call):
+        span = self.src.span(call.node)
+        return Tensor(ast.Binary(sym, self.tdsl(x, call.node), self.tdsl(y, call.node), span,
+                                 call.name_span))
 
     def negate(self, x, call):
         return self.op("neg", [x], call)

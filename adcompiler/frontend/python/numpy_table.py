@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from .calls import STATIC_BUILTINS, method, numpy_fn
-from .values import TDSL_DTYPE, Tensor, as_dtype, describe, has_tensor, is_number, plain_number
+from .values import NUMPY_DTYPE, TDSL_DTYPE, Tensor, as_dtype, describe, has_tensor, is_number, plain_number
 
 # ---- elementwise ------------------------------------------------------------------------
 
@@ -89,11 +89,18 @@ BINARY = {"add": (np.add,), "sub": (np.subtract,), "mul": (np.multiply,),
           "le": (np.less_equal,), "eq": (np.equal,), "ne": (np.not_equal,)}
 
 
+_OPERATOR = {"add": "+", "sub": "-", "mul": "*", "div": "/", "pow": "**", "gt": ">",
+             "ge": ">=", "lt": "<", "le": "<=", "eq": "==", "ne": "!="}
+
+
 def _binary(op: str, fn):
     def handler(self, a, call):
         x, y = a["x1"], a["x2"]
         if not has_tensor(x) and not has_tensor(y):
             return self.fold_call(fn, [x, y], call)
+        if op in _OPERATOR:   # as the operator: the same op, and NumPy's int promotion
+            return self.binary_op(_OPERATOR[op], self.array(x, call), self.array(y, call),
+                                  call)
         return self.op(op, [self.array(x, call), self.array(y, call)], call)
     return handler
 
@@ -266,9 +273,12 @@ def _inner(self, a, call):
 @numpy_fn(np.trace, sig="a")
 def _trace(self, a, call):
     x = self.array(a["a"], call)
-    if self.rank(x, call) != 2:
+    shape = self.shape(x, call)
+    if len(shape) != 2:
         raise self.src.error("np.trace is supported for 2-D arrays", call.node)
-    return self.op("einsum", [x], call, spec="ii->")
+    eye = self.op("one_hot", [self.op("arange", [], call, n=shape[0], dtype=np.int64)],
+                  call, n=shape[1], dtype=NUMPY_DTYPE[self.type_of(x).dtype])
+    return self.op("sum", [self.op("mul", [x, eye], call)], call)
 
 
 # ---- builtins -------------------------------------------------------------------------------
