@@ -104,11 +104,13 @@ class CallDispatch:
             return self.python_call(f, args, kwargs, node)
         if isinstance(f, type) and issubclass(f, BaseException):
             raise self.src.error("raising exceptions is not supported", node)
-        what = getattr(f, "__name__", None) or describe(f)
+        name = getattr(f, "__name__", None)
+        module = getattr(f, "__module__", None)
+        what = f"'{module}.{name}'" if name and module and module != "builtins" else \
+            f"'{name}'" if name else describe(f)
         raise self.src.error(
-            f"adc cannot see into '{what}' ({describe(f)}): a compiled function may call "
-            "NumPy functions of the supported subset, adc.ops, and Python functions "
-            "defined in a file", node.func)
+            f"adc cannot see into {what}: a compiled function may call the NumPy functions "
+            "of its subset, adc.ops, and Python functions defined in a file", node.func)
 
     def callee_span(self, func):
         span = self.src.span(func)

@@ -102,9 +102,7 @@ class Unit:
                 types.append(lf.type)
                 names.append(n)
                 spans.append(span)
-        fn = Function(name, Block(types, names), [],
-                      params={n for n, t in zip(names, types) if t.is_float},
-                      loc=src.loc(node))
+        fn = Function(name, Block(types, names), [], loc=src.loc(node))
         lowerer = PyLowerer(self, src, f, fn, spans, statics, entry)
         lowerer.stable |= stable
         value, ret_node = lowerer.run()
