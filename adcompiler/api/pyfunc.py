@@ -284,3 +284,22 @@ def wrap(kind: str, f, argnums: int | Sequence[int] | None = None, has_aux: bool
     if wrt is not None or fn is not None:
         raise TypeError(f"{kind} of a Python function takes argnums=, not wrt= or fn=")
     return PyTransform(f, kind, 0 if argnums is None else argnums, has_aux, **options)
+
+
+def python_aware(kind: str, tdsl_transform):
+    """`tdsl_transform` (a transform of TDSL programs) that also takes a Python function:
+    then it is the `kind` transform of that function, compiled on its first call."""
+    import functools
+
+    @functools.wraps(tdsl_transform)
+    def transform(program, *args, **kwargs):
+        if not is_python_function(program) and not (kind == "vmap" and
+                                                    isinstance(program, PyTransform)):
+            return tdsl_transform(program, *args, **kwargs)
+        if kind == "vmap":
+            return vmap_python(program, *args, **kwargs)
+        if args:
+            raise TypeError(f"{kind} of a Python function takes keyword options only "
+                            "(argnums=, has_aux=, ...)")
+        return wrap(kind, program, **kwargs)
+    return transform

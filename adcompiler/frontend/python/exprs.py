@@ -17,8 +17,7 @@ import numpy as np
 
 from ...ir.core import Block, Value
 from ..tdsl import ast
-from ..tdsl.values import Weak
-from .values import (NUMPY_DTYPE, Tensor, as_dtype, describe, has_tensor, is_number,
+from .values import (NUMPY_DTYPE, Tensor, describe, has_tensor, is_number,
                      plain_number)
 
 _BINOPS = {py.Add: ("+", operator.add), py.Sub: ("-", operator.sub),

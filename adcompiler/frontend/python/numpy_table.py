@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from .calls import STATIC_BUILTINS, method, numpy_fn
-from .values import NUMPY_DTYPE, TDSL_DTYPE, Tensor, as_dtype, describe, has_tensor, is_number, plain_number
+from .values import NUMPY_DTYPE, TDSL_DTYPE, Tensor, as_dtype, describe, has_tensor, plain_number
 
 # ---- elementwise ------------------------------------------------------------------------
 

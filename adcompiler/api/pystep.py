@@ -1,0 +1,78 @@
+"""`train_step` of a Python loss: ``loss_fn(params, *batch)`` with `params` a pytree (nested
+dicts, lists and tuples of arrays), compiled per signature like the other transforms of
+Python functions (`pyfunc`), then trained by the compiled training step of its IR.
+
+    step = adc.train_step(loss_fn, adc.optim.adam(1e-3))
+    state = step.init(params, x, y)        # or pass state=None to the first call
+    params, state, metrics = step(params, state, x, y)
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..frontend.python import bind_arguments, compile_specialized, entry_specs, pytree
+
+
+class PyTrainStep:
+    """The training step of Python loss `loss_fn`, whose first argument is trained."""
+
+    def __init__(self, loss_fn, optimizer, **options: Any):
+        self.f, self.optimizer, self.options = loss_fn, optimizer, options
+        self.cache: dict = {}
+        self.__name__ = getattr(loss_fn, "__name__", "loss")
+
+    def compiled(self, params, batch: tuple):
+        bound = bind_arguments(self.f, (params,) + tuple(batch), {})
+        specs, values = entry_specs(bound)
+        key = tuple(s.key() for s in specs)
+        hit = self.cache.get(key)
+        if hit is None:
+            import adcompiler as adc
+            module, spec = compile_specialized(self.f, specs)
+            names = iter(spec.inputs[0])
+            trained = [next(names) if lf.runtime else None for lf in specs[0].leaves]
+            wrt = [n for n, lf in zip(trained, specs[0].leaves)
+                   if n is not None and lf.type.is_float]
+            step = adc.train_step(module, self.optimizer, fn=spec.name, wrt=wrt,
+                                  **self.options)
+            hit = self.cache[key] = (step, spec, specs, wrt)
+        step, spec, specs, wrt = hit
+        named = dict(zip([n for names in spec.inputs for n in names], values))
+        return step, specs[0], wrt, named
+
+    def init(self, params, *batch) -> dict:
+        """The optimizer state for `params` (the batch's shapes pick the compilation)."""
+        step, _, wrt, named = self.compiled(params, batch)
+        return step.init({n: named[n] for n in wrt})
+
+    def __call__(self, params, state, *batch):
+        """One step: ``(params, state, metrics)``, the params in their own structure."""
+        step, ps, wrt, named = self.compiled(params, batch)
+        trained = {n: named[n] for n in wrt}
+        if state is None:
+            state = step.init(trained)
+        data = {k: v for k, v in named.items() if k not in trained}
+        new, state, metrics = step(trained, state, data)
+        leaves, tree = pytree.flatten(params)
+        it = iter(wrt)
+        out = [new[next(it)] if lf.runtime and lf.type.is_float else x
+               for x, lf in zip(leaves, ps.leaves)]
+        return pytree.unflatten(tree, out), state, metrics
+
+    def __repr__(self) -> str:
+        return f"<adc.train_step of Python function {self.__name__}>"
+
+
+def train_step_aware(tdsl_train_step):
+    """`tdsl_train_step` that also takes a Python loss function (see `PyTrainStep`)."""
+    import functools
+    import inspect
+
+    @functools.wraps(tdsl_train_step)
+    def train_step(program, optimizer, *args, **kwargs):
+        if inspect.isfunction(program):
+            if args:
+                raise TypeError("train_step of a Python function takes keyword options only")
+            return PyTrainStep(program, optimizer, **kwargs)
+        return tdsl_train_step(program, optimizer, *args, **kwargs)
+    return train_step
