@@ -43,7 +43,7 @@ import itertools
 
 import numpy
 
-from . import fused_runs, row_fusion, row_passes, specialize
+from . import fused_runs, row_fusion, row_passes, specialize, step_fusion
 from .buffers import returns_new, value_nbytes
 from .executor import ANNOTATION_ATTRS, RunError, SHAPE_ATTRS, Executor, check_slices
 from .kernels import BUILTIN, DTYPES, KERNELS, OUT_KERNELS
@@ -141,6 +141,7 @@ class CompiledExecutor(Executor):
         # results written into the input they replace (`Executor.donate`): the buffer is that
         # call's input array, so the input's variable is kept, not a constant
         self._donated = {r: params[j] for r, j in self._donations.get(id(fn), ())}
+        self._donated_arg = {r: fn.args[j] for r, j in self._donations.get(id(fn), ())}
         keep = set(self._donated.values())
         self._consts = self._fold(fn.body)
         self._pairs_ce = _softmax_of_cross_entropy(fn.body)
@@ -155,8 +156,10 @@ class CompiledExecutor(Executor):
         live -= sum(size(v) for v in dead.get(-1, ()))
         body = [f"n0 = {ex}.live"]
         runs = self._row_groups(fn) if row_passes.enabled() else {}
-        if self.fuse:
-            runs.update(self._fused_runs(fn, exclude={fn.body.ops[k] for k in runs}))
+        if self.fuse:   # a training step's gradient norms and updates (`step_fusion`)
+            runs.update(self._row_groups(fn, step_fusion.match_norms, runs))
+            fused = self._fused_runs(fn, exclude={fn.body.ops[k] for k in runs})
+            runs.update(step_fusion.foreach(fused, self._run_key, fn.body.ops, self._skip))
         deferred: list = []  # values that die inside a fused run: deleted after it
         for k, op in enumerate(fn.body.ops):
             if op.name == "return":
@@ -180,6 +183,8 @@ class CompiledExecutor(Executor):
                 elif run is not None:
                     if k == run.last:
                         body += (self._group_lines(p, run) if isinstance(run, row_fusion.Group)
+                                 else self._foreach_lines(p, run)
+                                 if isinstance(run, step_fusion.Foreach)
                                  else self._run_lines(p, run))
                 else:
                     body += self._op_lines(p, op)
@@ -229,14 +234,16 @@ class CompiledExecutor(Executor):
                                 or op in exclude),
             memory=self._memory(fn))
 
-    def _row_groups(self, fn) -> dict:
-        """The ops of `fn`'s body run as row passes (`row_fusion.plan`): not those with a
-        kernel of their own here (cross-entropy's softmax, the one-hot subtractions)."""
+    def _row_groups(self, fn, match=row_fusion.match_rows, taken=()) -> dict:
+        """The ops of `fn`'s body run as row passes (`row_fusion.plan`, or the groups
+        `match` finds), not those at the indices of `taken` nor those with a kernel of
+        their own here (cross-entropy's softmax, the one-hot subtractions)."""
         own = set(self._label_subs) | set(self._label_rows) | set(self._pairs_ce.values())
+        own |= {fn.body.ops[k] for k in taken}
         return row_fusion.plan(
             fn.body, self._resolve, self._consts, skip=self._skip,
             exclude=lambda op: op.name not in BUILTIN or op in own,
-            memory=self._memory(fn))
+            memory=self._memory(fn), match=match)
 
     def _group_lines(self, p: _Program, group) -> list[str]:
         """A row-pass group (`row_fusion`): one call writing its outputs (into their planned
@@ -261,10 +268,29 @@ class CompiledExecutor(Executor):
                  f"    {outs}, = {tmp}", "else:"] + ["    " + line for line in one_by_one]
                 + [f"del {tmp}"])
 
-    def _run_lines(self, p: _Program, run) -> list[str]:
-        """A fused run: one call of its loop, then its outputs named. With outputs written
-        into the caller's arrays, the loop declines when one is not C-contiguous, and the
-        ops run one by one."""
+    def _run_plan(self, run) -> tuple:
+        """``(into, checked)`` of a fused run (`fused_runs.kernel_source`): the outputs
+        written over the operand they replace, and those written into a caller's array."""
+        into, checked = {}, set()
+        for j, r in enumerate(run.outputs):
+            if r in self._donated:
+                checked.add(j)
+                a = self._donated_arg[r]
+                if a in run.full:
+                    into[j] = run.full.index(a)
+        return into, checked
+
+    def _run_key(self, run):
+        """What makes two runs one loop on the same 0-d operands (`step_fusion.foreach`)."""
+        into, checked = self._run_plan(run)
+        if len(checked) != len(run.outputs):
+            return ("alone", id(run))   # outputs in buffers of their own: not joined
+        source = fused_runs.kernel_source(run.ops, run.full, run.scalars, run.outputs,
+                                          into, checked)
+        return source, tuple(run.scalars)
+
+    def _run_call(self, p: _Program, run):
+        """``(pre, args, post, source, checked argument positions)`` of a fused run."""
         size = 1
         for d in run.shape:
             size *= d
@@ -272,15 +298,16 @@ class CompiledExecutor(Executor):
         args = [str(size)] + full + [  # 0-d values as NumPy scalars (constants: once)
             p.bind("c", self._consts[v][()]) if v in self._consts else f"{p.var(v)}[()]"
             for v in run.scalars]
-        pre, post, into, checked = [], [], {}, set()
+        into, checked = self._run_plan(run)
+        pre, post, positions = [], [], []
         for j, r in enumerate(run.outputs):
             if r in self._donated:
                 a = self._donated[r]
-                checked.add(j)
                 post.append(f"{p.var(r)} = {a}")
-                if a in full:  # written over the operand it replaces
-                    into[j] = full.index(a)
+                if j in into:  # written over the operand it replaces
+                    positions.append(1 + into[j])
                 else:
+                    positions.append(len(args))
                     args.append(a)
             elif r in self._views:
                 buf = p.bind("b", self._views[r])
@@ -291,16 +318,40 @@ class CompiledExecutor(Executor):
                                                     numpy.dtype(DTYPES[r.type.dtype])))
                 pre.append(f"{p.var(r)} = {new}()")
                 args.append(p.var(r))
-        k = p.bind("k", fused_runs.compiled(fused_runs.kernel_source(
-            run.ops, run.full, run.scalars, run.outputs, into, checked)))
-        call = f"{k}({', '.join(args)})"
+        source = fused_runs.kernel_source(run.ops, run.full, run.scalars, run.outputs,
+                                          into, checked)
+        return pre, args, post, source, positions
+
+    def _checked_call(self, p: _Program, runs, pre, call, post, checked) -> list[str]:
+        """`call`, or with outputs written into the caller's arrays, `call` as the test of
+        an ``if`` whose ``else`` runs the ops one by one (the loop declines when such an
+        output is not C-contiguous)."""
         if not checked:
             return pre + [call] + post
-        one_by_one = [line for op in run.ops for line in self._op_lines(p, op)]
-        if run.inner:
-            one_by_one.append(f"del {', '.join(p.var(v) for v in run.inner)}")
+        one_by_one = [line for run in runs for op in run.ops for line in self._op_lines(p, op)]
+        inner = [v for run in runs for v in run.inner]
+        if inner:
+            one_by_one.append(f"del {', '.join(p.var(v) for v in inner)}")
         return (pre + [f"if {call}:"] + ["    " + line for line in post]
                 + ["else:"] + ["    " + line for line in one_by_one])
+
+    def _run_lines(self, p: _Program, run) -> list[str]:
+        """A fused run: one call of its loop, then its outputs named."""
+        pre, args, post, source, positions = self._run_call(p, run)
+        k = p.bind("k", fused_runs.compiled(source))
+        return self._checked_call(p, [run], pre, f"{k}({', '.join(args)})", post, positions)
+
+    def _foreach_lines(self, p: _Program, group) -> list[str]:
+        """Runs of one loop (`step_fusion.Foreach`): one call that runs each, or none."""
+        parts = [self._run_call(p, run) for run in group.runs]
+        loop = fused_runs.compiled(parts[0][3])
+        k = p.bind("k", step_fusion.compiled_wrapper([len(a) for _, a, *_ in parts],
+                                                     [pos for *_, pos in parts], loop))
+        args = [a for _, part_args, *_ in parts for a in part_args]
+        return self._checked_call(p, group.runs, [x for part in parts for x in part[0]],
+                                  f"{k}({', '.join(args)})",
+                                  [x for part in parts for x in part[2]],
+                                  any(part[4] for part in parts))
 
     def _fold(self, block) -> dict:
         """The values of `block` computed at code generation (see the module doc)."""

@@ -148,10 +148,26 @@ def gelu_tanh_runner(shape, dtype):
     return run
 
 
-def plan(block, resolve, consts: dict, skip, exclude, memory) -> dict:
-    """The row-pass groups of `block`: op index -> its `Group`, for every index of every
-    group. `skip(op)`: evaluated ahead of time; `exclude(op)`: run some other way;
-    ``memory(v) -> (kind, array)`` as for `fused_runs.plan`."""
+def match_rows(op, resolve, consts, read_at, index):
+    """``(member ops, inputs, outputs, runner)`` of the row-pass group that ends at `op`:
+    an adjoint (`row_patterns`) or a forward op, on arrays of `MIN_ELEMENTS` or more."""
+    if not _large(op, resolve):
+        return None
+    found = match_adjoint(op, resolve, consts, read_at, index)
+    if found is not None:
+        return found
+    made = forward_group(op, resolve)
+    if made is None:
+        return None
+    inputs, run = made
+    return [op], inputs, [op.results[0]], run
+
+
+def plan(block, resolve, consts: dict, skip, exclude, memory, match=match_rows) -> dict:
+    """The groups of `block` found by `match` (`match_rows`: the row passes): op index ->
+    its `Group`, for every index of every group. `skip(op)`: evaluated ahead of time;
+    `exclude(op)`: run some other way; ``memory(v) -> (kind, array)`` as for
+    `fused_runs.plan`."""
     ops = block.ops
     index = {op: k for k, op in enumerate(ops)}
     read_at: dict = {}
@@ -165,17 +181,10 @@ def plan(block, resolve, consts: dict, skip, exclude, memory) -> dict:
         op = ops[k]
         if k in taken or exclude(op) or skip(op):
             continue
-        if not _large(op, resolve):
+        found = match(op, resolve, consts, read_at, index)
+        if found is None:
             continue
-        found = match_adjoint(op, resolve, consts, read_at, index)
-        if found is not None:
-            members, inputs, outputs, run = found
-        else:
-            made = forward_group(op, resolve)
-            if made is None:
-                continue
-            members, (inputs, run) = [op], made
-            outputs = [op.results[0]]
+        members, inputs, outputs, run = found
         idx = sorted(index[m] for m in members)
         if any(i in taken or exclude(ops[i]) for i in idx):
             continue
@@ -187,7 +196,7 @@ def plan(block, resolve, consts: dict, skip, exclude, memory) -> dict:
         if not _safe(inputs, outputs, consts, memory):
             continue
         made = {r for m in members for r in m.results}
-        group = Group(members_in_order(ops, idx), idx[-1], inputs, outputs, run,
+        group = Group([ops[i] for i in idx], idx[-1], inputs, outputs, run,
                       [r for r in made if r not in outputs])
         taken.update(idx)
         out.update((i, group) for i in idx)
@@ -202,10 +211,6 @@ def _large(op, resolve) -> bool:
     for d in resolve(op.results[0].type.shape):
         size *= d
     return size >= MIN_ELEMENTS
-
-
-def members_in_order(ops, idx):
-    return [ops[i] for i in idx]
 
 
 def _safe(inputs, outputs, consts, memory) -> bool:

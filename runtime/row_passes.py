@@ -47,37 +47,53 @@ def enabled() -> bool:
     return bool(_numba)
 
 
-def _leaf(a, lo, n):
-    """NumPy's sum of a block ``a[lo:lo + n]``, 1 <= n <= 128: in order below 8 elements,
-    else eight accumulators over the multiple of 8, combined pairwise, then the rest."""
+def _leaf(a, lo, n, sq):
+    """NumPy's sum of a block ``a[lo:lo + n]``, 1 <= n <= 128 (of its squares, each rounded
+    to the dtype as ``a * a`` is, when `sq`): in order below 8 elements, else eight
+    accumulators over the multiple of 8, combined pairwise, then the rest."""
     if n < 8:
-        res = a[lo]
+        res = a[lo] * a[lo] if sq else a[lo]
         for i in range(1, n):
-            res += a[lo + i]
+            v = a[lo + i]
+            res += v * v if sq else v
         return res
     r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
     r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    if sq:
+        r0, r1, r2, r3 = r0 * r0, r1 * r1, r2 * r2, r3 * r3
+        r4, r5, r6, r7 = r4 * r4, r5 * r5, r6 * r6, r7 * r7
     i = 8
     m = n - n % 8
     while i < m:
         j = lo + i
-        r0 += a[j]
-        r1 += a[j + 1]
-        r2 += a[j + 2]
-        r3 += a[j + 3]
-        r4 += a[j + 4]
-        r5 += a[j + 5]
-        r6 += a[j + 6]
-        r7 += a[j + 7]
+        if sq:
+            r0 += a[j] * a[j]
+            r1 += a[j + 1] * a[j + 1]
+            r2 += a[j + 2] * a[j + 2]
+            r3 += a[j + 3] * a[j + 3]
+            r4 += a[j + 4] * a[j + 4]
+            r5 += a[j + 5] * a[j + 5]
+            r6 += a[j + 6] * a[j + 6]
+            r7 += a[j + 7] * a[j + 7]
+        else:
+            r0 += a[j]
+            r1 += a[j + 1]
+            r2 += a[j + 2]
+            r3 += a[j + 3]
+            r4 += a[j + 4]
+            r5 += a[j + 5]
+            r6 += a[j + 6]
+            r7 += a[j + 7]
         i += 8
     res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
     while i < n:
-        res += a[lo + i]
+        v = a[lo + i]
+        res += v * v if sq else v
         i += 1
     return res
 
 
-def _pairwise(a, n, stack, vals):
+def _pairwise(a, n, stack, vals, sq):
     """NumPy's pairwise sum of ``a[:n]`` (n >= 1) without its +0.0 start: blocks of more
     than 128 are split at ``n // 2`` less its remainder by 8, left half first. A loop over an
     explicit stack (`stack`: int64 of 3 * 64 entries, `vals`: 64 of `a`'s dtype), since
@@ -92,7 +108,7 @@ def _pairwise(a, n, stack, vals):
             top += 1
             stack[3 * top], stack[3 * top + 1], stack[3 * top + 2] = lo, h, 0
             continue
-        v = _leaf(a, lo, m)
+        v = _leaf(a, lo, m, sq)
         while True:   # `v`: the sum of node `top`, handed to its parent
             if top == 0:
                 return v
@@ -114,7 +130,7 @@ def _row_sum(a, n, zero, stack, vals):
     """``add.reduce`` of ``a[:n]``: the pairwise sum added to +0.0 (`zero`)."""
     if n == 0:
         return zero
-    return zero + _pairwise(a, n, stack, vals)
+    return zero + _pairwise(a, n, stack, vals, False)
 
 
 def _mean(a, n, zero, stack, vals):
@@ -315,7 +331,20 @@ def gelu_tanh_grad_outer(x, t, ct, out, k, a3, half, one):
         out[i] = ct[i] * (half * ((one + tt) + right))
 
 
-_FUNCTIONS = {f.__name__: f for f in (
+def grad_norms(grads, out, zero):
+    """A training step's gradient norms (`adcompiler.passes.train_step`): ``out[j] =
+    sqrt(sum(g * g))`` of each flat gradient in the tuple `grads`, and ``out[-1]`` the
+    norm of those norms, each sum NumPy's pairwise one over the rounded squares."""
+    p = len(grads)
+    stack, vals = numpy.empty(192, numpy.int64), numpy.empty(64, out.dtype)
+    for j in range(p):
+        g = grads[j]
+        n = g.shape[0]
+        out[j] = numpy.sqrt(zero + _pairwise(g, n, stack, vals, True)) if n else numpy.sqrt(zero)
+    out[p] = numpy.sqrt(zero + _pairwise(out, p, stack, vals, True)) if p else numpy.sqrt(zero)
+
+
+_FUNCTIONS = {f.__name__: f for f in (grad_norms, 
     shift_rows, normalize_rows, row_sums, softmax_adjoint_rows, layernorm_rows,
     layernorm_adjoint_rows, gelu_tanh_inner, gelu_tanh_outer, gelu_tanh_grad_inner,
     gelu_tanh_grad_outer)}
