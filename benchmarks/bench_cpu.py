@@ -29,6 +29,14 @@ the warm-up). "grad diff" is the largest relative difference ||g - g_adc|| / ||g
 over the parameters; for a training step, the same of the parameters after one update
 from the same start. A column whose framework is not installed is left out.
 
+Each row also splits every runner's step into its matrix products and the rest
+(`blas_time.py`): the products adc's program computes, recorded once from its interpreter,
+are timed alone with each framework's own matrix product ("BLAS ms"); a step's time less
+that is its time outside BLAS ("outside BLAS ms"), where the frameworks' elementwise work
+and overhead differ (the products are the same arithmetic in each, done by different BLAS
+libraries). Each row gives the 1-minute load average of the machine when it was measured
+(``os.getloadavg``): the machine may be shared.
+
 Gradient rows also time each runner's forward pass alone (adc's ``function`` callable,
 PyTorch under ``no_grad``, ``jax.jit`` of the loss) and give the ratio of the gradient
 step's time to it ("grad/fwd"), beside the same ratio of FLOPs in adc's programs ("FLOPs
@@ -197,9 +205,15 @@ def child(args) -> dict:
         module = adc.parse_tdsl(src, f"{name}.tdsl")
         fn = module[fn_name]
         inputs = make_inputs(fn, sizes, ints)
+        vg = adc.value_and_grad(module, fn.name, wrt=params, dims=sizes)
+        sys.path.insert(0, str(HERE))
+        import blas_time
+        gemms = blas_time.products(blas_time.record(vg.module, vg.fn_name, inputs, sizes),
+                                   frameworks)
         for kind, make in (("grad", grad_row), ("train", train_row)):
             if kind in args.kinds:
-                row = make(name, module, fn, sizes, params, inputs, frameworks, args)
+                row = make(name, module, fn, sizes, params, inputs, frameworks, args, gemms)
+                row["load"] = os.getloadavg()[0]
                 rows.append(row)
                 print(f"  {name} {kind} at {args.nthreads} thread(s): "
                       + ", ".join(f"{k} {v:.3g}" for k, v in row.items()
@@ -210,7 +224,23 @@ def child(args) -> dict:
                             (("torch", "torch"), ("jax", "jax")) if _has(m)}}}
 
 
-def grad_row(name, module, fn, sizes, params, inputs, frameworks, args) -> dict:
+def with_blas(steps: dict, blas: dict) -> dict:
+    """`steps` and, for each runner with a product list, its products ("<runner> blas")."""
+    out = dict(steps)
+    for k, run in blas.items():
+        if k in steps:
+            out[f"{k} blas"] = run
+        elif k.endswith(" dispatch") and k[:-len(" dispatch")] in steps:
+            out[f"{k[:-len(' dispatch')]} blas dispatch"] = run
+    return out
+
+
+def products_ms(r: dict, runner: str) -> float:
+    """A runner's matrix products in a row: their time, less its dispatch where timed."""
+    return max(r[runner + " blas"] - r.get(runner + " blas dispatch", 0.0), 0.0)
+
+
+def grad_row(name, module, fn, sizes, params, inputs, frameworks, args, blas) -> dict:
     """A gradient step of every runner; "diff" compares each gradient with adc's."""
     import numpy as np
     import adcompiler as adc
@@ -273,7 +303,7 @@ def grad_row(name, module, fn, sizes, params, inputs, frameworks, args) -> dict:
         steps[peer] = step
         steps[f"{peer} fwd"] = fwd
         row[f"{peer} diff"] = rel_diff(dict(zip(params, g)), ref)
-    row.update(time_steps(steps, args))
+    row.update(time_steps(with_blas(steps, blas), args))
     return row
 
 
@@ -285,7 +315,7 @@ def flop_ratio(grad, forward, sizes) -> float:
     return g / f
 
 
-def train_row(name, module, fn, sizes, params, inputs, frameworks, args) -> dict:
+def train_row(name, module, fn, sizes, params, inputs, frameworks, args, blas) -> dict:
     """A training step (Adam, lr 1e-3) of every runner; each starts from the workload's
     parameters, and "diff" compares the parameters after one update with adc's."""
     import numpy as np
@@ -345,7 +375,7 @@ def train_row(name, module, fn, sizes, params, inputs, frameworks, args) -> dict
             got = {k: np.asarray(v) for k, v in held["p"].items()}
         steps[peer] = one
         row[f"{peer} diff"] = rel_diff(got, ref)
-    row.update(time_steps(steps, args))
+    row.update(time_steps(with_blas(steps, blas), args))
     return row
 
 
@@ -359,7 +389,7 @@ def _has(module: str) -> bool:
 def table(rows: list[dict]) -> str:
     peers = [p for p in ("torch eager", "jax.jit") if any(p in r for r in rows)]
     interp = any("adc interpreter" in r for r in rows)
-    head = ["workload", "step", "threads", "adc ms"]
+    head = ["workload", "step", "threads", "load", "adc ms"]
     if interp:
         head += ["interpreter ms"]
     for p in peers:
@@ -369,7 +399,8 @@ def table(rows: list[dict]) -> str:
         head += ["adc grad/fwd"] + [f"{p} grad/fwd" for p in peers] + ["FLOPs grad/fwd"]
     out = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for r in rows:
-        cells = [r["model"], r["step"], str(r["threads"]), f"{r['adc']:.3f}"]
+        cells = [r["model"], r["step"], str(r["threads"]), f"{r.get('load', 0):.1f}",
+                 f"{r['adc']:.3f}"]
         if interp:
             cells.append(f"{r['adc interpreter']:.3f}" if "adc interpreter" in r else "-")
         for p in peers:
@@ -381,6 +412,32 @@ def table(rows: list[dict]) -> str:
             cells += [f"{r[k] / r[k + ' fwd']:.2f}" if k + " fwd" in r else "-"
                       for k in ("adc", *peers)]
             cells.append(f"{r['flops']:.2f}" if "flops" in r else "-")
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def blas_table(rows: list[dict]) -> str:
+    """Each runner's step split into its matrix products and the rest (`blas_time.py`),
+    and adc's time outside BLAS over each peer's."""
+    runners = [p for p in ("adc", "torch eager", "jax.jit") if any(p + " blas" in r for r in rows)]
+    peers = [p for p in runners if p != "adc"]
+    head = ["workload", "step", "threads", "load"]
+    for p in runners:
+        head += [f"{p} BLAS ms", f"{p} outside BLAS ms"]
+    head += [f"adc / {p} outside BLAS" for p in peers]
+    out = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    for r in rows:
+        cells = [r["model"], r["step"], str(r["threads"]), f"{r.get('load', 0):.1f}"]
+        rest = {}
+        for p in runners:
+            if p + " blas" in r and p in r:
+                rest[p] = r[p] - products_ms(r, p)
+                cells += [f"{products_ms(r, p):.3f}", f"{rest[p]:.3f}"]
+            else:
+                cells += ["-", "-"]
+        for p in peers:
+            ok = p in rest and "adc" in rest and rest[p] > 0
+            cells.append(f"{rest['adc'] / rest[p]:.2f}" if ok else "-")
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
 
@@ -428,7 +485,10 @@ def main(argv=None) -> int:
     text = (f"CPU gradient and training steps, {datetime.date.today()}: {platform.machine()}, "
             f"{os.cpu_count()} cores; {versions}; BLAS: {'; '.join(info.get('blas', []))}. "
             f"The {args.stat} of {args.repeats} blocks of {args.steps} steps (runners taking "
-            f"turns) after {args.warmup} warm-up steps, {args.clock} time, float32.\n\n" + table(rows) + "\n")
+            f"turns) after {args.warmup} warm-up steps, {args.clock} time, float32; "
+            f"load: the 1-minute load average when each row was measured.\n\n"
+            + table(rows) + "\n\nThe steps split into their matrix products (BLAS) and "
+            "the rest:\n\n" + blas_table(rows) + "\n")
     print(text)
     if args.out:
         Path(args.out).write_text(text)
