@@ -2,6 +2,7 @@
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -89,6 +90,59 @@ def test_python_script_runs_on_an_npz(tmp_path):
     with np.load(tmp_path / "out.npz") as out:
         np.testing.assert_array_equal(out["out"], want[0])
         np.testing.assert_array_equal(out["grad_c0"], want[1])
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_python_script_reads_json_inputs_by_adc_runs_rules(tmp_path):
+    """The README's JSON inputs run an emitted script as they run `adc run`; a bad file is a
+    one-line error naming it, never NumPy's traceback."""
+    prog = tmp_path / "prog.py"
+    tiny = ROOT / "samples" / "backprop_tiny.tdsl"
+    from adcompiler import cli
+    assert cli.main(["compile", str(tiny), "--emit", "python", "-o", str(prog)]) == 0
+
+    def script(*args):
+        return subprocess.run([sys.executable, str(prog), *map(str, args)],
+                              capture_output=True, text=True, timeout=120)
+    proc = script(ROOT / "samples" / "backprop_tiny.json", tmp_path / "out.npz")
+    assert proc.returncode == 0, proc.stderr
+    assert "grad_W1: shape (2, 2) float32" in proc.stdout
+    assert cli.main(["run", str(tiny), "--inputs", str(ROOT / "samples" / "backprop_tiny.json"),
+                     "--out", str(tmp_path / "want.npz")]) == 0
+    with np.load(tmp_path / "out.npz") as got, np.load(tmp_path / "want.npz") as want:
+        assert sorted(got.files) == sorted(want.files)
+        for k in want.files:
+            assert got[k].dtype == want[k].dtype
+            np.testing.assert_array_equal(got[k], want[k])
+    (tmp_path / "syntax.json").write_text('{"x": [1, 2]\n "y": 1}')
+    (tmp_path / "nan.json").write_text('{"x": [NaN, 1]}')
+    (tmp_path / "extra.json").write_text('{"x": [1.5, 2], "y": 1, "W1": [[1, 2], [3, 4]], '
+                                        '"b1": [0, 0], "v": [1, 1], "b3": 0, "z": 1}')
+    (tmp_path / "text.npz").write_text("not a zip")
+    np.save(tmp_path / "objects.npy", np.array([{}], dtype=object), allow_pickle=True)
+    import zipfile
+    with zipfile.ZipFile(tmp_path / "pickled.npz", "w") as z:
+        z.write(tmp_path / "objects.npy", "x.npy")
+    np.savez(tmp_path / "shape.npz", x=np.zeros(3, "f4"), y=np.float32(1),
+             W1=np.zeros((2, 2), "f4"), b1=np.zeros(2, "f4"), v=np.zeros(2, "f4"),
+             b3=np.float32(0))
+    np.savez(tmp_path / "ints.npz", x=np.zeros(2, "i8"), y=np.float32(1),
+             W1=np.zeros((2, 2), "f4"), b1=np.zeros(2, "f4"), v=np.zeros(2, "f4"),
+             b3=np.float32(0))
+    for name, message in [
+            ("syntax.json", "syntax.json:2:2: invalid JSON: Expecting ',' delimiter"),
+            ("nan.json", "nan.json: NaN is not a JSON number"),
+            ("extra.json", "extra.json: unknown input 'z' (the inputs are x, y, W1, b1, v, b3)"),
+            ("text.npz", "text.npz' is not an .npz file"),
+            ("pickled.npz", "array 'x' holds Python objects (pickled data)"),
+            ("shape.npz", "shape.npz: input 'x' is declared f32[2] but has shape (3,)"),
+            ("ints.npz", "ints.npz: input 'x' is declared f32[2] but the data is int64"),
+            ("missing.json", "missing.json' does not exist"), (".", "must end in .npz or .json")]:
+        proc = script(tmp_path / name)
+        assert proc.returncode == 1, (name, proc.stderr)
+        assert message in proc.stderr and "Traceback" not in proc.stderr, (name, proc.stderr)
 
 
 def test_python_calls_and_unbindable_dims():

@@ -24,20 +24,32 @@ from .names import Namer, comment_text, dim_expr, sanitize, string_literal
 # names the emitted code uses: no value, dimension or function may take them
 RESERVED = {"np", "K", "dims", "range", "float", "str", "ValueError"}
 # names the script part of the module uses, kept free of function names
-MAIN_LOCALS = {"sys", "_main", "argv", "data", "dtypes", "inputs", "outs", "names", "name",
-               "value", "saves", "len", "print", "zip", "int", "dict", "__import__",
-               "__name__", "AdcError", "save_npz", "e"}
+MAIN_LOCALS = {"sys", "_main", "argv", "signature", "inputs", "outs", "names", "name",
+               "value", "saves", "len", "print", "zip", "dict", "__import__", "__name__",
+               "AdcError", "read_inputs", "save_npz", "e", "dims", "arg", "key", "size", "_",
+               "int"}
 
 _MAIN = '''
 def _main(argv):
-    """Run on the arrays of the .npz argv[1]; save the outputs to argv[2] if given."""
+    """Run on the arrays of argv[1] (.npz or .json, checked as `adc run --inputs` checks
+    them); save the outputs to OUT.npz if given; DIM=SIZE binds a symbolic dimension."""
     import sys
+    from adc_runtime.errors import AdcError
+    from adc_runtime.datafiles import read_inputs
     if len(argv) < 2:
-        sys.exit(f"usage: python {{argv[0]}} INPUTS.npz [OUT.npz] [DIM=SIZE ...]")
-    data = np.load(argv[1])
-    dtypes = {dtypes!r}
-    inputs = {{k: np.asarray(data[k], dtype=t) for k, t in dtypes.items()}}
-    dims = {{k: int(v) for k, _, v in (a.partition("=") for a in argv[2:]) if _ == "="}}
+        sys.exit(f"usage: python {{argv[0]}} INPUTS.npz|INPUTS.json [OUT.npz] [DIM=SIZE ...]")
+    dims = {{}}
+    for arg in argv[2:]:
+        key, _, size = arg.partition("=")
+        if _ == "=":
+            if not key.isidentifier() or not size.isdigit():
+                sys.exit(f"error: expected DIM=SIZE (e.g. B=32), got '{{arg}}'")
+            dims[key] = int(size)
+    signature = {signature!r}
+    try:
+        inputs = read_inputs(argv[1], signature, dims)[0]
+    except AdcError as e:
+        sys.exit(f"error: {{e}}")
     outs = {call}
     names = {names!r}
     for name, value in zip(names, outs):
@@ -45,7 +57,6 @@ def _main(argv):
         print(np.array2string(np.asarray(value), precision=6))
     saves = [a for a in argv[2:] if "=" not in a]
     if saves:  # atomic for a regular file, written through for a device or a FIFO
-        from adc_runtime.errors import AdcError
         from adc_runtime.files import save_npz
         try:
             save_npz(saves[0], dict(zip(names, outs)))
@@ -360,7 +371,7 @@ def emit_python(module: Module, fn_name: str, output_names: list[str] | None = N
     shown = fn_name if string_literal(fn_name).startswith('"') else sanitize(fn_name)
     out = [f'"""NumPy program for {shown}, emitted by adc.',
            "",
-           f"Run it as: python THIS_FILE.py INPUTS.npz [OUT.npz] [DIM=SIZE ...]",
+           "Run it as: python THIS_FILE.py INPUTS.npz|INPUTS.json [OUT.npz] [DIM=SIZE ...]",
            '"""',
            "import numpy as np",
            "",
@@ -374,7 +385,7 @@ def emit_python(module: Module, fn_name: str, output_names: list[str] | None = N
     for f in module.functions.values():
         out += ["", *_FunctionEmitter(module, f, fn_names, needs_dims, src).emit(), ""]
     names = output_names or [f"out{k}" for k in range(len(fn.result_types))]
-    dtypes = {a.name: NUMPY_DTYPE[a.type.dtype] for a in fn.args}
+    signature = [(a.name, a.type.dtype, tuple(a.type.shape), str(a.type)) for a in fn.args]
     call = f"{fn_names[fn_name]}(*inputs.values(){', dims=dims' if needs_dims[fn_name] else ''})"
-    out += [_MAIN.format(dtypes=dtypes, names=list(names), call=call)]
+    out += [_MAIN.format(signature=signature, names=list(names), call=call)]
     return "\n".join(out)
