@@ -31,7 +31,8 @@ def record(module, fn_name: str, inputs: dict, dims: dict) -> list:
     def recorder(name, kern):
         def run(xp, *operands, **attrs):
             if name == "matmul" or len(operands) >= 2:
-                calls.append((name, attrs.get("spec"), [np.array(a) for a in operands]))
+                # copies in the operands' own memory order (a transposed view stays one)
+                calls.append((name, attrs.get("spec"), [a.copy(order="K") for a in operands]))
             return kern(xp, *operands, **attrs)
         return run
     try:
@@ -46,15 +47,28 @@ def record(module, fn_name: str, inputs: dict, dims: dict) -> list:
 
 
 def numpy_products(calls):
-    """adc's products: its own kernels on NumPy arrays."""
+    """adc's products as its compiled executor computes them: ``matmul`` into a buffer
+    made once (its planned buffer), a two-operand einsum by its batched-product plan where
+    it has one (`adc_runtime.kernels.linalg.einsum_matmul`), else the table kernel."""
+    import functools
     import numpy as np
-    from adc_runtime.kernels import KERNELS
-    prepared = [(KERNELS[name], ops, {} if spec is None else {"spec": spec})
-                for name, spec, ops in calls]
+    from adc_runtime.kernels import KERNELS, OUT_KERNELS
+    from adc_runtime.kernels.linalg import einsum_matmul
+    prepared = []
+    for name, spec, ops in calls:
+        want = KERNELS[name](np, *ops, **({} if spec is None else {"spec": spec}))
+        if name == "matmul":
+            prepared.append(functools.partial(OUT_KERNELS["matmul"], np, *ops,
+                                              out=np.empty_like(want)))
+            continue
+        plan = einsum_matmul(spec.replace(" ", ""), ops[0].shape, ops[1].shape, ops[0].dtype,
+                             ops[1].dtype) if len(ops) == 2 else None
+        prepared.append(functools.partial(plan, *ops) if plan is not None else
+                        functools.partial(KERNELS["einsum"], np, *ops, spec=spec))
 
     def run():
-        for kern, ops, attrs in prepared:
-            kern(np, *ops, **attrs)
+        for call in prepared:
+            call()
     return run
 
 
