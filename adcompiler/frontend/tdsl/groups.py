@@ -1,0 +1,295 @@
+"""Parameter groups: ``group Block { attn: Attn, W1: f32[D, F] }`` and inputs of group type.
+
+A group is a record of named fields, each a tensor type or another group; ``Block[L]`` is L
+groups of identical shapes stacked. Groups exist only in the front end: a function input of
+group type lowers to one IR input per tensor field (leaf), named by its dotted path
+(``p.attn.Wq``), and a stacked group to one input per leaf with the stack axes leading
+(``p.blocks.W1: f32[L, D, F]``), as arrays of records are records of arrays. The function's
+``stacked`` attribute maps each stacked path to its length (``{"p.blocks": "L"}``), which is
+how the library, the files and the command line turn a stacked leaf into the per-layer
+paths ``p.blocks.3.W1`` and back (`adcompiler.files.paths`).
+
+In a body, a group is a value that only three things take: a field access (``p.attn``: a
+group, or a leaf tensor), an index on a stacked group (``p.blocks[i]``: one layer, chosen at
+run time inside a loop that stays a loop), and a call of a function declared to take that
+group. Indexing is lazy: ``p.blocks[i].attn.Wq`` emits one ``index`` of the leaf it reads.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+
+from ...diagnostics import AdcError
+from ...ir.core import Value
+from ...ir.types import DTYPES, TensorType
+from . import ast
+
+
+@dataclass(eq=False)
+class GroupType:
+    """A declared group: its fields in order, each a `TensorType` or a `GroupRef`."""
+
+    name: str
+    fields: dict = field(default_factory=dict)
+    span: ast.Span | None = None
+
+    def leaves(self, prefix: str = "", stack: tuple = ()) -> list[tuple[str, TensorType]]:
+        """``(path, type)`` of every tensor field, nested groups flattened in field order,
+        each type with the `stack` axes (and those of stacked sub-groups) leading."""
+        out = []
+        for name, t in self.fields.items():
+            path = f"{prefix}{name}"
+            if isinstance(t, TensorType):
+                out.append((path, TensorType(t.dtype, tuple(stack) + tuple(t.shape))))
+            else:
+                out += t.group.leaves(path + ".", tuple(stack) + t.dims)
+        return out
+
+    def stacks(self, prefix: str) -> dict:
+        """``{path: length}`` of the stacked groups inside this one, paths under `prefix`."""
+        out = {}
+        for name, t in self.fields.items():
+            if isinstance(t, GroupRef):
+                path = f"{prefix}.{name}"
+                if t.dims:
+                    out[path] = t.dims[0]
+                out.update(t.group.stacks(path))
+        return out
+
+
+@dataclass(frozen=True, eq=False)
+class GroupRef:
+    """A group as a type: ``Block`` (`dims` empty) or ``Block[L]`` (L of them stacked)."""
+
+    group: GroupType
+    dims: tuple = ()
+
+    def __str__(self) -> str:
+        return self.group.name + (f"[{', '.join(map(str, self.dims))}]" if self.dims else "")
+
+
+@dataclass(eq=False)
+class Decl:
+    """A function input as declared: a tensor (`ref` None) or a group, with its IR inputs."""
+
+    name: str
+    ref: GroupRef | None
+    leaves: list            # (path below the input, TensorType); one ("", type) for a tensor
+    span: ast.Span
+    is_param: bool
+
+    def flat_names(self) -> list[str]:
+        return [f"{self.name}.{p}" if p else self.name for p, _ in self.leaves]
+
+
+@dataclass(eq=False)
+class GroupValue:
+    """A group in a function body: its leaves (IR values with every stack axis), the
+    indices already chosen on their leading axes (`picks`), the stack axes left (`dims`),
+    and how the program wrote it (`text`, for messages)."""
+
+    group: GroupType
+    dims: tuple
+    leaves: dict            # path below this group -> Value
+    picks: tuple            # ints and integer scalar Values, one per axis chosen
+    text: str
+
+    def __str__(self) -> str:
+        return str(GroupRef(self.group, self.dims))
+
+
+def resolve_groups(defs, error) -> dict[str, GroupType]:
+    """The groups of a module by name, their field types resolved (`error(msg, span)`)."""
+    groups: dict[str, GroupType] = {}
+    for d in defs:
+        if isinstance(d, ast.GroupDef):
+            if d.name in groups:
+                raise error(f"group '{d.name}' is already defined at line "
+                            f"{groups[d.name].span.line}", d.name_span)
+            if d.name in DTYPES:
+                raise error(f"a group cannot be named '{d.name}', a dtype", d.name_span)
+            groups[d.name] = GroupType(d.name, {}, d.span)
+    for d in defs:
+        if not isinstance(d, ast.GroupDef):
+            continue
+        g = groups[d.name]
+        if not d.fields:
+            raise error(f"group '{d.name}' has no fields", d.name_span)
+        for f in d.fields:
+            if f.name in g.fields:
+                raise error(f"group '{d.name}' has two fields named '{f.name}'", f.span)
+            g.fields[f.name] = field_type(f.type, groups, error)
+    for g in groups.values():
+        _check_acyclic(g, [], error, {d.name: d for d in defs if isinstance(d, ast.GroupDef)})
+    return groups
+
+
+def field_type(t: ast.TypeExpr, groups: dict, error):
+    """A declared type: a `TensorType`, or a `GroupRef` for a group name."""
+    if t.dtype in groups:
+        if len(t.shape) > 1:
+            raise error(f"a stack of groups has one length: write {t.dtype}[{t.shape[0]}] "
+                        f"and stack {t.dtype} again inside it for more axes", t.span)
+        return GroupRef(groups[t.dtype], tuple(t.shape))
+    if t.dtype not in DTYPES:
+        known = ", ".join(DTYPES)
+        names = f"; groups: {', '.join(groups)}" if groups else ""
+        close = difflib.get_close_matches(t.dtype, list(groups) + list(DTYPES), 1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise error(f"unknown type '{t.dtype}' (dtypes: {known}{names}){hint}", t.span)
+    return TensorType(t.dtype, t.shape)
+
+
+def _check_acyclic(g: GroupType, path: list, error, defs) -> None:
+    if g.name in path:
+        cycle = " -> ".join(path[path.index(g.name):] + [g.name])
+        raise error(f"group '{g.name}' contains itself ({cycle})", defs[g.name].name_span)
+    for t in g.fields.values():
+        if isinstance(t, GroupRef):
+            _check_acyclic(t.group, path + [g.name], error, defs)
+
+
+def declare(p: ast.Param, groups: dict, tensor_type, error) -> Decl:
+    """The `Decl` of a function input (`tensor_type`: the type of a tensor input)."""
+    if p.type.dtype in groups:
+        t = field_type(p.type, groups, error)
+        return Decl(p.name, t, t.group.leaves("", t.dims), p.span, p.is_param)
+    return Decl(p.name, None, [("", tensor_type(p.type))], p.span, p.is_param)
+
+
+def stacked_paths(decls: list[Decl]) -> dict:
+    """The ``stacked`` attribute of a function: every stacked group's path and length."""
+    out = {}
+    for d in decls:
+        if d.ref is not None:
+            if d.ref.dims:
+                out[d.name] = d.ref.dims[0]
+            out.update(d.ref.group.stacks(d.name))
+    return out
+
+
+def input_value(d: Decl, args: dict) -> GroupValue:
+    """The group a function input of group type is in its body (`args`: IR inputs by name)."""
+    return GroupValue(d.ref.group, d.ref.dims, {p: args[f"{d.name}.{p}"] for p, _ in d.leaves},
+                      (), d.name)
+
+
+class GroupLowering:
+    """Field access, indexing and calls with groups (a mixin of the function lowerer)."""
+
+    def group_error(self, v: GroupValue, span) -> AdcError:
+        fields = ", ".join(v.group.fields)
+        return self.error(f"'{v.text}' is a group ({v}), not a tensor; use one of its fields "
+                          f"({fields})", span)
+
+    def operand(self, e):
+        """`e` lowered to one value, a group allowed (what a name may be bound to)."""
+        v = self.expr(e)
+        if type(v).__name__ == "Multi":
+            raise self.multi_error(v, e.span)
+        return v
+
+    def field_of(self, e: ast.FieldOf):
+        base = self.operand(e.value)
+        if not isinstance(base, GroupValue):
+            what = f"a tensor ({base.type})" if isinstance(base, Value) else "a number"
+            raise self.error(f"'.{e.name}': '{_text(e.value)}' is {what}, not a group; "
+                             "only groups have fields", e.op_span)
+        t = base.group.fields.get(e.name)
+        text = f"{base.text}.{e.name}"
+        if t is None:
+            close = difflib.get_close_matches(e.name, list(base.group.fields), 1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise self.error(f"group {base.group.name} has no field '{e.name}' (in '{text}'; "
+                             f"its fields: {', '.join(base.group.fields)}){hint}", e.op_span)
+        if isinstance(t, TensorType):
+            return self.leaf(base, e.name, e.op_span)
+        prefix = e.name + "."
+        leaves = {k[len(prefix):]: v for k, v in base.leaves.items() if k.startswith(prefix)}
+        return GroupValue(t.group, base.dims + t.dims, leaves, base.picks, text)
+
+    def leaf(self, g: GroupValue, path: str, span) -> Value:
+        """Leaf `path` of `g`, indexed by the picks made on `g`'s stack."""
+        v = g.leaves[path]
+        if not g.picks:
+            return v
+        idx = tuple("?" if isinstance(p, Value) else p for p in g.picks)
+        dyn = [p for p in g.picks if isinstance(p, Value)]
+        return self.emit("index", [v] + dyn, {"idx": idx}, span, "index").result
+
+    def group_index(self, g: GroupValue, e: ast.Index) -> GroupValue:
+        """``g[i]``: one group of a stack."""
+        if not g.dims:
+            raise self.error(f"'{g.text}' is one group ({g}), not a stack of them: it cannot "
+                             "be indexed", e.op_span)
+        if len(e.subscripts) != 1 or isinstance(e.subscripts[0], ast.Slice):
+            raise self.error(f"a stack of groups ('{g.text}': {g}) takes one index, an "
+                             "integer", e.op_span)
+        sub = e.subscripts[0]
+        v = self.value(sub)
+        if isinstance(v, Value):
+            if v.type.rank != 0 or v.type.dtype not in ("i32", "i64"):
+                raise self.error(f"an index must be an integer scalar, got {v.type}", sub.span)
+            pick = v
+        else:
+            pick = self.static_int(sub, "an index", v)
+            n = g.dims[0]
+            if isinstance(n, int) and not -n <= pick < n:
+                raise self.error(f"index {pick} is out of range for '{g.text}', a stack of "
+                                 f"{n}", sub.span)
+        return GroupValue(g.group, g.dims[1:], g.leaves, g.picks + (pick,),
+                          f"{g.text}[{_text(sub)}]")
+
+    def group_args(self, e: ast.Call, fn, decls: list[Decl]):
+        """The IR arguments of a call of `fn`, whose inputs `decls` include groups, and the
+        callee's symbolic dims they bind."""
+        from .calls import _bind_dims
+        if e.kwargs:
+            raise self.error(f"function '{fn.name}' takes no keyword arguments",
+                             e.kwargs[0].span)
+        if len(e.args) != len(decls):
+            raise self.error(f"function '{fn.name}' takes {len(decls)} "
+                             f"argument{'s' * (len(decls) != 1)}, got {len(e.args)}",
+                             e.op_span)
+        args, subst, origin = [], {}, {}
+        for a, d in zip(e.args, decls):
+            if d.ref is None:
+                param = fn.arg(d.name)
+                v = self.to_type(self.value(a), param.type)
+                if not _bind_dims(param.type, getattr(v, "type", None), subst, origin,
+                                  param.name):
+                    raise self.error(self.arg_mismatch(fn, param, v, subst, origin), a.span)
+                args.append(v)
+                continue
+            v = self.operand(a)
+            want = f"argument '{d.name}' of '{fn.name}' must be group {d.ref}"
+            if not isinstance(v, GroupValue):
+                got = f"a tensor ({v.type})" if isinstance(v, Value) else "a number"
+                raise self.error(f"{want}, got {got}", a.span)
+            if v.group is not d.ref.group or len(v.dims) != len(d.ref.dims):
+                raise self.error(f"{want}, got '{v.text}', group {v}", a.span)
+            for path, t in d.leaves:
+                leaf = self.leaf(v, path, a.span)
+                if not _bind_dims(t, leaf.type, subst, origin, f"{d.name}.{path}"):
+                    fixed = [f"{k} = {subst[k]} (from argument '{origin[k]}')"
+                             for k in dict.fromkeys(x for x in t.shape if isinstance(x, str))
+                             if k in subst]
+                    bound = f", with {', '.join(fixed)}" if fixed else ""
+                    raise self.error(f"{want}: its field '{path}' must be {t}{bound}, but "
+                                     f"'{v.text}.{path}' is {leaf.type}", a.span)
+                args.append(leaf)
+        return args, subst
+
+
+def _text(e) -> str:
+    """How an expression reads in a message (names, fields and indices; else 'it')."""
+    if isinstance(e, ast.Name):
+        return e.id
+    if isinstance(e, ast.FieldOf):
+        return f"{_text(e.value)}.{e.name}"
+    if isinstance(e, ast.Number):
+        return str(e.value)
+    if isinstance(e, ast.Index) and len(e.subscripts) == 1 \
+            and not isinstance(e.subscripts[0], ast.Slice):
+        return f"{_text(e.value)}[{_text(e.subscripts[0])}]"
+    return "the expression"
