@@ -467,7 +467,10 @@ def main(argv=None) -> int:
         return 0
     rows, info = [], {}
     for n in args.threads:
-        env = dict(os.environ, OMP_NUM_THREADS=str(n), OPENBLAS_NUM_THREADS=str(n),
+        # ADC_FUSE=1: row passes from the first call (the steady state of a run that has
+        # taken `ROWS_AFTER_S`), as `fuse=True` for the training steps
+        env = dict(os.environ, ADC_FUSE=os.environ.get("ADC_FUSE", "1"),
+                   OMP_NUM_THREADS=str(n), OPENBLAS_NUM_THREADS=str(n),
                    MKL_NUM_THREADS=str(n),
                    XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen="
                               + ("true" if n > 1 else "false")

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import time
 
 import numpy
 
@@ -116,6 +117,13 @@ class CompiledExecutor(Executor):
         # runs of elementwise ops as one compiled loop each (`adc_runtime.fused_runs`)
         self.fuse = fuse and fused_runs.enabled()
         self._programs: dict[int, object] = {}  # id(function) -> its compiled program
+        # row passes (`adc_runtime.row_passes`): now, never, or once the calls have taken
+        # `row_passes.ROWS_AFTER_S` (then the programs are made again, with them)
+        self.rows = row_passes.policy()
+        if self.fuse and self.rows == "later":
+            self.rows = "now"   # numba is paid for already
+        self._waited = 0.0
+        self._inside = False
 
     def call(self, fn, arrays: list, borrowed: frozenset = frozenset()) -> list:
         key = (id(fn), borrowed) if borrowed else id(fn)
@@ -125,10 +133,29 @@ class CompiledExecutor(Executor):
                 self._allocate_arena(fn)
             self.room_for_calls()
             program = self._programs[key] = self.compile_function(fn, borrowed)
+        if self.rows == "later" and not self._inside:
+            return self._timed(program, fn, arrays, borrowed)
         try:
             return program(*arrays)
         except (ValueError, IndexError):  # the interpreter names the op and its line
             return Executor.call(self, fn, arrays, borrowed)
+
+    def _timed(self, program, fn, arrays, borrowed) -> list:
+        """A call counted towards `ROWS_AFTER_S`; past it, the programs are dropped, to be
+        made again with row passes."""
+        start = time.perf_counter()
+        self._inside = True
+        try:
+            try:
+                return program(*arrays)
+            except (ValueError, IndexError):
+                return Executor.call(self, fn, arrays, borrowed)
+        finally:
+            self._inside = False
+            self._waited += time.perf_counter() - start
+            if self._waited >= row_passes.ROWS_AFTER_S and row_passes.enabled():
+                self.rows = "now"
+                self._programs.clear()
 
     # -- code generation ------------------------------------------------------------------
     def compile_function(self, fn, borrowed: frozenset = frozenset()):
@@ -155,7 +182,7 @@ class CompiledExecutor(Executor):
         peak = live
         live -= sum(size(v) for v in dead.get(-1, ()))
         body = [f"n0 = {ex}.live"]
-        runs = self._row_groups(fn) if row_passes.enabled() else {}
+        runs = self._row_groups(fn) if self.rows == "now" and row_passes.enabled() else {}
         if self.fuse:   # a training step's gradient norms and updates (`step_fusion`)
             runs.update(self._row_groups(fn, step_fusion.match_norms, runs))
             fused = self._fused_runs(fn, exclude={fn.body.ops[k] for k in runs})

@@ -25,16 +25,32 @@ functions of this package, not generated text).
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import numpy
 
 _numba = None
 _jitted: dict = {}
+ROWS_AFTER_S = 10.0   # seconds of a compiled executor's calls after which it uses row passes
+
+
+def policy() -> str:
+    """When the compiled executor uses row passes: ``"off"`` without numba or with
+    ``ADC_FUSE=0``; ``"now"`` with ``ADC_FUSE=1``; else ``"later"``, once an executor's
+    calls have taken `ROWS_AFTER_S` seconds (numba's import and the loading of its cached
+    loops take about 0.7 s, their first compilation several seconds: a short run never pays
+    them). Whether numba is installed is looked up without importing it."""
+    flag = os.environ.get("ADC_FUSE")
+    if flag == "0" or _numba is False:
+        return "off"
+    if _numba is None and importlib.util.find_spec("numba") is None:
+        return "off"
+    return "now" if flag == "1" else "later"
 
 
 def enabled() -> bool:
-    """Whether row passes run: numba imports and ``ADC_FUSE`` is not ``0``."""
+    """Whether row passes can run: numba imports and ``ADC_FUSE`` is not ``0``."""
     global _numba
     if os.environ.get("ADC_FUSE", "1") == "0":
         return False

@@ -143,9 +143,31 @@ def test_groups_are_formed(monkeypatch):
 
 def test_not_contiguous_runs_the_ops(monkeypatch):
     """softmax of a transposed operand: the pass declines, the table kernel runs."""
+    monkeypatch.setenv("ADC_FUSE", "1")
     monkeypatch.setattr(row_fusion, "MIN_ELEMENTS", 0)
     src = "def f(x: f32[N, M]) -> f32[M, N] { return softmax(transpose(x), axis=-1) }"
     x = np.random.default_rng(0).standard_normal((5, 6)).astype(np.float32)
     got = adc.function(src, "f")(x=x)
     assert bits(got) == bits(KERNELS["softmax"](np, np.ascontiguousarray(x.T), axis=-1))
     assert row_fusion.softmax_runner((6, 5), np.dtype("float32"))(x.T, None) is None
+
+
+def test_row_passes_after_the_calls_took_long_enough(monkeypatch):
+    """By default (``ADC_FUSE`` unset) an executor runs the table kernels until its calls
+    have taken `ROWS_AFTER_S`, then makes its programs again with row passes: the same
+    bits before and after."""
+    monkeypatch.delenv("ADC_FUSE", raising=False)
+    monkeypatch.setattr(row_fusion, "MIN_ELEMENTS", 0)
+    monkeypatch.setattr(row_passes, "ROWS_AFTER_S", 0.0)
+    from adc_runtime.compiled import CompiledExecutor
+    m = adc.parse_tdsl(BLOCK)
+    x = np.random.default_rng(2).standard_normal((2, 3, 8)).astype(np.float32)
+    g, b = np.ones(8, np.float32), np.zeros(8, np.float32)
+    w = np.eye(8, dtype=np.float32)
+    ex = CompiledExecutor(m, np, dict(B=2, T=3, D=8))
+    assert ex.rows == "later"
+    first = ex.call(m["f"], [x, g, b, w])   # on the table kernels; then the switch
+    assert ex.rows == "now" and not ex._programs
+    second = ex.call(m["f"], [x, g, b, w])
+    assert ex._programs[id(m["f"])].source.count(" is not None:") == 4
+    assert bits(first[0]) == bits(second[0])
