@@ -23,11 +23,11 @@ __version__ = "0.1.0"
 # public name -> (module, attribute)
 _EXPORTS: dict[str, tuple[str, str | None]] = {
     # TDSL and IR text
-    "parse_tdsl": ("adcompiler.api", "parse_tdsl"),
+    "parse_tdsl": ("adcompiler.api.program", "parse_tdsl"),
     "compile_source": ("adcompiler.frontend", "compile_source"),
     "compile_file": ("adcompiler.frontend", "compile_file"),
-    "parse_ir": ("adcompiler.api", "parse_ir"),
-    "load": ("adcompiler.api", "load"),
+    "parse_ir": ("adcompiler.api.program", "parse_ir"),
+    "load": ("adcompiler.api.program", "load"),
     # IR classes and construction
     "Module": ("adcompiler.ir.core", "Module"),
     "Function": ("adcompiler.ir.core", "Function"),
@@ -36,8 +36,8 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "Value": ("adcompiler.ir.core", "Value"),
     "TensorType": ("adcompiler.ir.types", "TensorType"),
     "Builder": ("adcompiler.ir.builder", "Builder"),
-    "FunctionBuilder": ("adcompiler.api", "FunctionBuilder"),
-    "tensor_type": ("adcompiler.api", "tensor_type"),
+    "FunctionBuilder": ("adcompiler.api.program", "FunctionBuilder"),
+    "tensor_type": ("adcompiler.api.program", "tensor_type"),
     # checking, printing, emitting
     "verify": ("adcompiler.ir.verifier", "verify"),
     "VerifyError": ("adcompiler.ir.verifier", "VerifyError"),
@@ -66,32 +66,32 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "Remat": ("adcompiler.passes.remat", "Remat"),
     "Batch": ("adcompiler.passes.batch", "Batch"),
     # running
-    "run": ("adcompiler.api", "run"),
-    "runner": ("adcompiler.api", "runner"),
+    "run": ("adcompiler.api.program", "run"),
+    "runner": ("adcompiler.api.program", "runner"),
     "blas_threads": ("adc_runtime.threads", "blas_threads"),
     "set_blas_threads": ("adc_runtime.threads", "set_blas_threads"),
     "blas_thread_count": ("adc_runtime.threads", "blas_thread_count"),
     # convenience layer
-    "grad": ("adcompiler.transforms", "grad"),
-    "jvp": ("adcompiler.transforms", "jvp"),
-    "hvp": ("adcompiler.transforms", "hvp"),
-    "value_and_grad": ("adcompiler.transforms", "value_and_grad"),
-    "vjp": ("adcompiler.transforms", "vjp"),
-    "function": ("adcompiler.transforms", "function"),
-    "Compiled": ("adcompiler.compiled", "Compiled"),
-    "jacfwd": ("adcompiler.derivatives", "jacfwd"),
-    "jacrev": ("adcompiler.derivatives", "jacrev"),
-    "auto_jacobian": ("adcompiler.derivatives", "auto_jacobian"),
-    "hessian": ("adcompiler.derivatives", "hessian"),
-    "check_grads": ("adcompiler.derivatives", "check_grads"),
-    "vmap": ("adcompiler.vectorize", "vmap"),
-    "load_compiled": ("adcompiler.artifact", "load_compiled"),
+    "grad": ("adcompiler.api.transforms", "grad"),
+    "jvp": ("adcompiler.api.transforms", "jvp"),
+    "hvp": ("adcompiler.api.transforms", "hvp"),
+    "value_and_grad": ("adcompiler.api.transforms", "value_and_grad"),
+    "vjp": ("adcompiler.api.transforms", "vjp"),
+    "function": ("adcompiler.api.transforms", "function"),
+    "Compiled": ("adcompiler.api.compiled", "Compiled"),
+    "jacfwd": ("adcompiler.api.derivatives", "jacfwd"),
+    "jacrev": ("adcompiler.api.derivatives", "jacrev"),
+    "auto_jacobian": ("adcompiler.api.derivatives", "auto_jacobian"),
+    "hessian": ("adcompiler.api.derivatives", "hessian"),
+    "check_grads": ("adcompiler.api.derivatives", "check_grads"),
+    "vmap": ("adcompiler.api.vectorize", "vmap"),
+    "load_compiled": ("adcompiler.api.compiled", "load_compiled"),
     # training
-    "train_step": ("adcompiler.compiled_step", "train_step"),
-    "train": ("adcompiler.train_loop", "train"),
-    "TrainResult": ("adcompiler.train_loop", "TrainResult"),
-    "CompiledStep": ("adcompiler.compiled_step", "CompiledStep"),
-    "optim": ("adcompiler.optim", None),
+    "train_step": ("adcompiler.training.step", "train_step"),
+    "train": ("adcompiler.training.loop", "train"),
+    "TrainResult": ("adcompiler.training.loop", "TrainResult"),
+    "CompiledStep": ("adcompiler.training.step", "CompiledStep"),
+    "optim": ("adcompiler.training.optim", None),
     "TrainStep": ("adcompiler.passes.train_step", "TrainStep"),
     # extension points
     "register_op": ("adcompiler.plugins", "register_op"),
@@ -133,15 +133,15 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # static view of the lazy names above, for type checkers and IDEs
-    from .api import FunctionBuilder, load, parse_ir, parse_tdsl, run, runner, tensor_type
+    from .api.program import FunctionBuilder, load, parse_ir, parse_tdsl, run, runner, tensor_type
     from adc_runtime.threads import blas_thread_count, blas_threads, set_blas_threads
-    from .transforms import Compiled, function, grad, hvp, jvp, value_and_grad, vjp
-    from .derivatives import auto_jacobian, check_grads, hessian, jacfwd, jacrev
-    from .vectorize import vmap
-    from .artifact import load_compiled
-    from . import optim
-    from .compiled_step import CompiledStep, train_step
-    from .train_loop import TrainResult, train
+    from .api.transforms import Compiled, function, grad, hvp, jvp, value_and_grad, vjp
+    from .api.derivatives import auto_jacobian, check_grads, hessian, jacfwd, jacrev
+    from .api.vectorize import vmap
+    from .api.compiled import load_compiled
+    from .training import optim
+    from .training.step import CompiledStep, train_step
+    from .training.loop import TrainResult, train
     from .passes.train_step import TrainStep
     from .diagnostics import AdcError, Loc, RunError, ShapeError, UnboundDimError
     from .emit.dot import emit_dot

@@ -57,7 +57,7 @@ class Row:
 def program(model: str, sizes: dict):
     """The model with its sizes bound (static loop trip counts, as bench_gpu.py does)."""
     import adcompiler as adc
-    from adcompiler.cli.dtype import bind_dims
+    from adcompiler.passes.to_dtype import bind_dims
     from adcompiler.passes.clone import clone_module
     return bind_dims(clone_module(adc.load(str(HERE / "models" / f"{model}.tdsl"))), sizes)
 

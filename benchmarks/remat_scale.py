@@ -35,8 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from adcompiler.cli.compile import compile_program  # noqa: E402
-from adcompiler.cli.dtype import bind_dims  # noqa: E402
-from adcompiler.cli.inputs import DimBinder, random_inputs  # noqa: E402
+from adcompiler.passes.to_dtype import bind_dims  # noqa: E402
+from adcompiler.files.inputs import DimBinder, random_inputs  # noqa: E402
 from adcompiler.diagnostics import AdcError  # noqa: E402
 from adcompiler.ir.calls import calls_bottom_up  # noqa: E402
 from adcompiler.memory import predict_peak  # noqa: E402

@@ -81,7 +81,7 @@ def test_compiled_saves_loads_and_pickles(make, inputs, tmp_path):
     assert loaded.outputs == c.outputs and loaded.inputs == c.inputs
     _same(loaded(**inputs), want)
     data = pickle.dumps(c)
-    assert _globals(data) == {"adcompiler.artifact compiled_from_text"}
+    assert _globals(data) == {"adcompiler.api.compiled compiled_from_text"}
     _same(pickle.loads(data)(**inputs), want)
     assert str(adc.load(path)) == str(c.module)    # an IR file like any other
 

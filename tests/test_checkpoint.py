@@ -9,7 +9,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from adcompiler import checkpoint as ckpt
+from adcompiler.training import checkpoint as ckpt
 from adcompiler.diagnostics import AdcError
 
 PARAMS = {"W": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.zeros(3, np.float32)}
@@ -71,7 +71,7 @@ def test_optimizer_state_mismatch_is_named(tmp_path):
 KILLED_WRITER = textwrap.dedent("""
     import sys, time
     import numpy as np
-    from adcompiler import checkpoint as ckpt
+    from adcompiler.training import checkpoint as ckpt
     path = sys.argv[1]
     big = {"W": np.full((512, 512), 7.0, np.float32)}
     real_savez = np.savez

@@ -172,7 +172,7 @@ def test_random_inputs_are_seeded_and_announced(capsys, tmp_path):
 
 def test_random_inputs_bind_unbound_dims_and_labels_in_class_range(capsys, tmp_path):
     from adcompiler.cli.compile import compile_program
-    from adcompiler.cli.inputs import DimBinder, random_inputs
+    from adcompiler.files.inputs import DimBinder, random_inputs
     comp = compile_program(MLP, "reverse")
     binder = DimBinder({"B": 50})
     inputs, notes = random_inputs(comp.run_fn, binder, seed=3)
@@ -296,7 +296,7 @@ def test_out_into_a_missing_folder(capsys, tmp_path):
 
 
 def test_save_npz_failure_leaves_no_temporary(tmp_path, monkeypatch):
-    from adcompiler.cli import output as cli_output
+    from adcompiler.files import write as cli_output
     from adcompiler.diagnostics import AdcError
 
     def boom(f, **arrays):

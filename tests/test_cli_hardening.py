@@ -286,7 +286,7 @@ def test_raising_plugin_rule_is_located(op, detail, suffix, mode, what, raising_
 
 
 def test_raising_plugin_kernel_through_the_library(raising_plugin, capsys):
-    """Through adcompiler.api the same failures are `AdcError`s located at the op; an
+    """Through adcompiler.api.program the same failures are `AdcError`s located at the op; an
     interrupt still interrupts (the CLI says so and exits 130)."""
     import adcompiler as adc_lib
     from adcompiler.diagnostics import AdcError

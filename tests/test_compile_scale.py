@@ -134,7 +134,7 @@ def test_a_5k_op_program_compiles_in_reverse_mode_and_runs():
     assert sum(1 for _ in grad.walk()) < 6 * n
     print_module(out)
     small = compile_source(chain_source(10), "chain.tdsl")   # the same forms, run
-    from adcompiler.transforms import grad as adc_grad
+    from adcompiler.api.transforms import grad as adc_grad
     g = adc_grad(small, wrt="w")
     x, w = np.linspace(-1, 1, 8, dtype=np.float32), np.full(8, 0.5, np.float32)
     assert np.all(np.isfinite(g(x, w)))

@@ -11,7 +11,7 @@ import pytest
 
 import adcompiler as adc
 from adcompiler.diagnostics import AdcError
-from adcompiler.distributed import shard
+from adcompiler.training.distributed import shard
 from adcompiler.ir.parser import parse_module
 from adcompiler.ir.printer import print_module
 from adcompiler.passes.allreduce import AllReduce
@@ -289,7 +289,7 @@ def test_adc_train_refuses_a_batch_that_does_not_split(tmp_path):
 
 
 def test_distributed_mpi_without_mpi4py_names_the_extra(monkeypatch):
-    from adcompiler.distributed import communicator
+    from adcompiler.training.distributed import communicator
     monkeypatch.setitem(sys.modules, "mpi4py", None)
     with pytest.raises(AdcError, match=r"pip install -e '.\[mpi\]'"):
         communicator("mpi")

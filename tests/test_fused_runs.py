@@ -131,7 +131,7 @@ def test_fused_step_matches_many_elements(monkeypatch):
 
 def test_arrays_not_contiguous_run_one_op_at_a_time(monkeypatch):
     """A donated array that is not C-contiguous takes the ops' own path, with their bits."""
-    from adcompiler.api import runner
+    from adcompiler.api.program import runner
     monkeypatch.setenv("ADC_FUSE", "1")
     step = adc.train_step(SRC, adc.optim.adam(1e-2), dtype="f64")
     params, batches = data("float64")
@@ -155,7 +155,7 @@ def test_arrays_not_contiguous_run_one_op_at_a_time(monkeypatch):
 def test_a_step_fuses_once_its_calls_took_long_enough(monkeypatch, fuse, after, fused):
     """By default the first calls run the ops one by one and the calls after
     `FUSE_AFTER_S` seconds the fused loops, with the same bits throughout."""
-    from adcompiler import compiled_step
+    from adcompiler.training import step as compiled_step
     monkeypatch.setenv("ADC_FUSE", "1")
     monkeypatch.setattr(compiled_step, "FUSE_AFTER_S", after)
     opt = adc.optim.adam(1e-2)
@@ -175,8 +175,8 @@ def test_a_step_fuses_once_its_calls_took_long_enough(monkeypatch, fuse, after, 
 def test_a_runner_set_from_outside_is_kept(monkeypatch):
     """``--detect-anomaly`` swaps in a runner that stops at non-finite values: the switch
     to fused loops leaves it in place."""
-    from adcompiler import compiled_step
-    from adcompiler.train_setup import anomaly_runner
+    from adcompiler.training import step as compiled_step
+    from adcompiler.training.setup import anomaly_runner
     monkeypatch.setenv("ADC_FUSE", "1")
     monkeypatch.setattr(compiled_step, "FUSE_AFTER_S", 0.0)
     step = adc.train_step(SRC, adc.optim.adam(1e-2))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from adcompiler.api import run
+from adcompiler.api.program import run
 from adcompiler.ir.parser import parse_module
 
 from test_golden import CASES

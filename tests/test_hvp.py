@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gradcheck import run
-from adcompiler.cli.dtype import to_dtype
+from adcompiler.passes.to_dtype import to_dtype
 from adcompiler.diagnostics import AdcError
 from adcompiler.frontend import compile_file, compile_source
 from adcompiler.ir.parser import parse_module

@@ -5,7 +5,7 @@ import pytest
 
 from gradcheck import run
 from adcompiler.frontend import compile_source
-from adcompiler.jacobian import build_pullback, choose_mode, jacobian
+from adcompiler.api.jacobian import build_pullback, choose_mode, jacobian
 
 RNG = np.random.default_rng(5)
 

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from adcompiler.loss_scale import LossScaler
+from adcompiler.training.loss_scale import LossScaler
 
 
 def test_rules_by_hand():

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from adcompiler.cli import main
-from adcompiler.cli.output import save_npz, save_text, write_atomic
+from adcompiler.files.write import save_npz, save_text, write_atomic
 from adcompiler.diagnostics import AdcError
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
@@ -159,7 +159,7 @@ def test_unwritable_folder_message(tmp_path, monkeypatch):
 
 SLOW_WRITER = """
 import sys, time
-from adcompiler.cli.output import write_atomic
+from adcompiler.files.write import write_atomic
 
 def write(f):
     for k in range(2000):

@@ -26,7 +26,7 @@ from adcompiler.frontend import compile_source
 from adcompiler.ir.parser import parse_module
 from adcompiler.ir.printer import print_module
 from adcompiler.ir.verifier import verify
-from adcompiler.jacobian import build_pullback
+from adcompiler.api.jacobian import build_pullback
 from adcompiler.passes.jvp import JVP
 from adcompiler.passes.hvp import forward_over_reverse, reverse_over_forward
 

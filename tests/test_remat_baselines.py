@@ -164,7 +164,7 @@ def test_a_model_too_large_for_the_milp_falls_back_to_the_baselines(tmp_path, mo
 
 
 def test_fit_budget_returns_the_cheapest_fitting_schedule(tmp_path):
-    from adcompiler.remat.schedule import fit_budget
+    from adcompiler.remat.curve import fit_budget
     m, inputs = compiled(tmp_path, mlp(6))
     ref, none_peak = measure(m, inputs)
     floor = remat_stats(m, schedule(m, "min-memory"))["peak_bytes_predicted"]

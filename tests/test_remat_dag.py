@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from adcompiler.cli.compile import compile_program
-from adcompiler.cli.inputs import DimBinder, random_inputs
+from adcompiler.files.inputs import DimBinder, random_inputs
 from adcompiler.diagnostics import AdcError
 from adcompiler.ir.verifier import verify
 from adcompiler.memory import function_flops, predict_peak

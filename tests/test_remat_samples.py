@@ -8,7 +8,7 @@ import pytest
 
 from adcompiler import cli
 from adcompiler.cli.compile import compile_program
-from adcompiler.cli.inputs import DimBinder, check_inputs, load_data
+from adcompiler.files.inputs import DimBinder, check_inputs, load_data
 from adcompiler.cli.remat import apply_remat
 from adc_runtime.executor import run_function
 
@@ -107,7 +107,7 @@ def test_rnn_of_350_steps_under_min_memory_and_budget():
     from adcompiler.memory import predict_peak
     from adcompiler.remat.schedule import schedule
     comp = compile_program(str(SAMPLES / "rnn.tdsl"), "reverse", bind={"T": 350})
-    from adcompiler.cli.dtype import bind_dims
+    from adcompiler.passes.to_dtype import bind_dims
     module = bind_dims(comp.module, {"T": 350})
     lo = schedule(module, "min-memory", comp.run_name, {"T": 350})
     floor = predict_peak(lo.module, comp.run_name, {"T": 350}).peak_bytes

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 import adcompiler as adc
-from adcompiler import api
+from adcompiler.api import program as api
 from adcompiler.emit.cuda import ensure_fused, kernel_specs
 from adc_runtime import cuda as backend
 from adc_runtime.executor import Runner, run_function

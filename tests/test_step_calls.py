@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import adcompiler as adc
-from adcompiler.train_setup import anomaly_runner
+from adcompiler.training.setup import anomaly_runner
 from adc_runtime.errors import RunError
 
 MLP = "samples/mlp.tdsl"

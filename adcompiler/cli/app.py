@@ -42,7 +42,7 @@ def _wrt(text: str) -> list[str]:
 
 
 def _bind(text: str) -> dict[str, int]:
-    from .inputs import parse_binds
+    from ..files.inputs import parse_binds
     try:
         return parse_binds([text])
     except AdcError as e:
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..memory.limit import set_limit
     set_limit(getattr(args, "max_memory", None))
     try:
-        from .output import check_output
+        from ..files.write import check_output
         for attr, option in OUTPUT_OPTIONS.items():
             check_output(getattr(args, attr, None), option)
         if getattr(args, "plugin", None):
@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
             load_plugins(args.plugin)
         if args.bind:  # a --bind of a dimension the program does not have is a typo
             from .compile import load_module
-            from .inputs import check_binds
+            from ..files.inputs import check_binds
             check_binds(list(load_module(args.file).functions.values()), args.bind)
         with fewer_collections(), warnings.catch_warnings(), np.errstate(all="ignore"), \
                 _termination_stops_the_command():

@@ -24,7 +24,7 @@ def _note(msg: str) -> None:
 
 def load_or_draw_inputs(args, fn, binder) -> dict:
     """Load and check --inputs, or draw seeded random ones (and say so)."""
-    from .inputs import (check_index_ranges, check_inputs, load_data, random_inputs,
+    from ..files.inputs import (check_index_ranges, check_inputs, load_data, random_inputs,
                              require_bound)
     if args.inputs:
         inputs = check_inputs(fn, load_data(args.inputs), args.inputs, binder)
@@ -40,7 +40,7 @@ def load_or_draw_inputs(args, fn, binder) -> dict:
 
 def cmd_compile(args) -> int:
     from .compile import compile_program
-    from .output import save_text
+    from ..files.write import save_text
     _check_remat_mode(args)
     if args.seed_output and args.mode != "reverse":
         raise AdcError("--seed-output applies to --mode reverse")
@@ -111,8 +111,8 @@ def select_device(name: str):
 def cmd_run(args) -> int:
     from adc_runtime.executor import run_function
     from .compile import compile_program
-    from .inputs import DimBinder
-    from .output import save_npz
+    from ..files.inputs import DimBinder
+    from ..files.write import save_npz
     from .table import summary
     xp = select_device(args.device)
     if args.threads:
@@ -175,7 +175,7 @@ def _run_cuda(comp, inputs: dict, dims: dict, cupy):
 def cmd_check(args) -> int:
     from .check import check_gradients
     from .compile import compile_program
-    from .inputs import DimBinder
+    from ..files.inputs import DimBinder
     from .table import fmt_shape, table
     rev = compile_program(args.file, "reverse", args.fn, args.wrt, dtype="f64")
     for n in rev.notes:

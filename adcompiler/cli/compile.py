@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..diagnostics import AdcError
+from ..api.program import DEFAULT_PASSES
 from ..ir.core import Function, Module
 
-IR_SUFFIXES = (".ir", ".adcir")
-DEFAULT_PASSES = "inline,canonicalize,cse,dce"
 # runs right before a derivative pass: loops then scan the stacked values they read as X[i],
 # so that reverse mode stacks their cotangents instead of carrying full-size accumulators
 DERIVATIVE_PREP = "scan-inputs"
@@ -36,7 +35,7 @@ class Compiled:
     def output_names(self) -> list[str]:
         """OUT.npz keys of the run function's outputs (spec §7); a function run as it is
         names them as the pass that derived it would (``grad_<w>``...)."""
-        from ..artifact import output_names
+        from ..api.outputs import output_names
         if self.run_name == self.primal.name:
             return output_names(self.module, self.run_fn)
         n = self.n_results
@@ -63,7 +62,8 @@ def load_module(path: str) -> Module:
         raise AdcError(f"no such file: '{path}'") from None
     except OSError as e:
         raise AdcError(f"cannot read '{path}': {e.strerror}") from None
-    if path.endswith(IR_SUFFIXES):
+    from ..frontend import compile_file, path_kind
+    if path_kind(path) == "ir":
         from ..ir.parser import parse_module
         from ..ir.verifier import verify
         try:
@@ -73,7 +73,6 @@ def load_module(path: str) -> Module:
         module = parse_module(text, path)
         verify(module)
         return module
-    from ..frontend import compile_file
     return compile_file(path)
 
 
@@ -152,7 +151,7 @@ def build_pipeline(mode: str, fn: str, wrt: list[str], passes: str | None,
 def prepare_module(path: str, fn_name: str | None, dtype: str | None,
                    bind: dict | None) -> tuple[Module, Function]:
     """Load `path`, pick the function, and apply ``--dtype`` and ``--bind`` to the module."""
-    from .dtype import bind_dims, to_dtype
+    from ..passes.to_dtype import bind_dims, to_dtype
     module = load_module(path)
     fn = select_function(module, fn_name)
     if dtype:
@@ -170,7 +169,7 @@ def compile_program(path: str, mode: str, fn_name: str | None = None,
     """Load `path` and compile it for `mode` (``forward`` or ``reverse``); `seed_output`
     names the one result reverse mode differentiates (default: all, seeded with ones).
     Without `rederive`, a function a pass already derived runs as it is."""
-    from ..artifact import derived_from
+    from ..api.outputs import derived_from
     from ..passes.pipeline import run_pipeline
 
     module, fn = prepare_module(path, fn_name, dtype, bind)

@@ -91,7 +91,7 @@ def add_tangents_argument(parser) -> None:
 
 def load_tangents(comp: ForwardCompiled, path: str | None, binder, seed: int = 0) -> dict:
     """The tangent inputs of `comp.run_fn`, read from `path` or drawn from `seed`."""
-    from .inputs import check_inputs, load_data
+    from ..files.inputs import check_inputs, load_data
     prim = comp.module[comp.primal.name] if comp.primal.name in comp.module else comp.primal
     types = [prim.arg(w).type for w in comp.wrt]
     if path is None:
@@ -119,7 +119,7 @@ def _np_dtype(dtype: str):
 
 
 def _inputs(args, fn, binder, inputs_for):
-    from .inputs import check_inputs, load_data, random_inputs
+    from ..files.inputs import check_inputs, load_data, random_inputs
     if inputs_for is not None:
         return inputs_for(args, fn, binder)
     if getattr(args, "inputs", None):
@@ -132,10 +132,10 @@ def run_main(args, inputs_for=None) -> int:
     binder)` loads or draws the primal inputs (default: --inputs, else seeded random)."""
     from adc_runtime.executor import run_function
     from .anomaly import anomaly_executor
-    from .inputs import DimBinder
-    from .output import save_npz
+    from ..files.inputs import DimBinder
+    from ..files.write import save_npz
     from .table import summary
-    from .inputs import load_data
+    from ..files.inputs import load_data
     t_path = getattr(args, "tangents", None)
     if t_path and not os.path.isfile(t_path):
         raise AdcError(f"tangents file '{t_path}' does not exist")
@@ -184,10 +184,10 @@ def add_jacobian_command(subparsers, common) -> None:
 
 def jacobian_main(args, inputs_for=None) -> int:
     from .compile import compile_program
-    from .inputs import DimBinder
-    from .output import save_npz
+    from ..files.inputs import DimBinder
+    from ..files.write import save_npz
     from .table import summary
-    from ..jacobian import jacobian
+    from ..api.jacobian import jacobian
     comp = compile_program(args.file, "forward", args.fn, dtype=getattr(args, "dtype", None))
     notes: list[str] = []
     wrt = resolve_wrt(comp.run_fn, args.wrt, notes)
@@ -229,7 +229,7 @@ def check_forward(fwd: Compiled, inputs: dict, wrt: list[str], dims: dict, eps: 
     ``<u, J v>`` against ``<J^T u, v>``. `fwd` is the program compiled for values
     (float64). Errors are relative, with `floor` as the smallest scale."""
     from adc_runtime.executor import run_function
-    from ..jacobian import build_pullback
+    from ..api.jacobian import build_pullback
     from ..passes.jvp import JVP
 
     name = fwd.run_name

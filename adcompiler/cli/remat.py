@@ -34,7 +34,7 @@ def add_remat_arguments(parser) -> None:
 
 def size_dims(fn, dims: dict) -> tuple[dict, list[str]]:
     """`dims` plus a default size for each symbol of `fn`'s inputs that nothing binds."""
-    from .inputs import DEFAULT_DIM, function_symbols
+    from ..files.inputs import DEFAULT_DIM, function_symbols
     env, notes = dict(dims), []
     for s in function_symbols(fn):
         if s not in env:
@@ -51,7 +51,7 @@ def apply_remat(module, run_name: str, policy: str, dims: dict) -> tuple:
     substituted into a copy of the module first, so that loops whose trip count is a bound
     symbol get a schedule. Sizes that nothing binds only size the report: ``adc compile``
     keeps them symbolic, and their loops unscheduled."""
-    from .dtype import bind_dims
+    from ..passes.to_dtype import bind_dims
     from ..passes.clone import clone_module
     from ..remat.explain import remat_stats
     from ..remat.schedule import schedule
@@ -70,7 +70,7 @@ def report(stats: dict, out=None) -> None:
 def write_stats_json(path: str, stats: dict, **measured) -> None:
     """The schedule's `stats` and the run's `measured` figures (``peak_bytes_measured``,
     ``arena_bytes``), as JSON, written atomically."""
-    from .output import save_text
+    from ..files.write import save_text
     data = {**stats, **{k: v for k, v in measured.items() if v is not None}}
     try:
         save_text(path, json.dumps(data, indent=2) + "\n")
@@ -96,7 +96,7 @@ def remat_curve_main(args, inputs_for=None) -> int:
     """Run ``remat-curve``; `inputs_for(args, fn, binder)` loads or draws the inputs
     (default: --inputs, else seeded random inputs)."""
     from .compile import compile_program
-    from .inputs import DimBinder, check_inputs, load_data, random_inputs
+    from ..files.inputs import DimBinder, check_inputs, load_data, random_inputs
     from ..remat.curve import baseline_rows, format_curve, plot_curve, remat_curve
     from ..memory.limit import check_run_fits
     comp = compile_program(args.file, "reverse", args.fn, args.wrt,

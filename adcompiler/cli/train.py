@@ -1,5 +1,5 @@
 """``adc train FILE --data TRAIN.npz``: train the ``param`` inputs of a loss function with
-`adcompiler.train_loop.train` (spec §8), showing progress and writing the run's files.
+`adcompiler.training.loop.train` (spec §8), showing progress and writing the run's files.
 
 Every option value is checked before anything is read (a bad one exits 2), and the data, the
 initial values and a checkpoint to resume are checked before anything is written, so that a
@@ -41,7 +41,7 @@ def _positive_float(text: str) -> float:
 
 
 def _optimizer(text: str):
-    from ..optim import parse_optimizer
+    from ..training.optim import parse_optimizer
     try:
         return parse_optimizer(text)
     except AdcError as e:
@@ -179,7 +179,7 @@ def _check_folder(option: str, path: str | None) -> None:
 
 
 def _scheduled(opt, kind: str, opts: dict, total: int):
-    from .. import optim
+    from ..training import optim
     lr = opt.lr.lr
     if kind == "constant":
         return opt
@@ -194,7 +194,7 @@ def _scheduled(opt, kind: str, opts: dict, total: int):
 
 
 def cmd_train(args) -> int:
-    from ..distributed import communicator, fail_together
+    from ..training.distributed import communicator, fail_together
     comm = communicator(args.distributed)
     if comm is not None and comm.rank != 0:   # process 0 alone writes the run's files
         args.save = args.log = args.plot = args.checkpoint = None
@@ -204,9 +204,9 @@ def cmd_train(args) -> int:
 
 
 def _train(args, comm) -> int:
-    from ..train_data import load_arrays
-    from ..train_loop import train
-    from ..train_report import JsonLog, Progress, plot
+    from ..training.data import load_arrays
+    from ..training.loop import train
+    from ..training.report import JsonLog, Progress, plot
     from .compile import load_module
     if args.remat and args.memory_budget:
         args.parser.error("give --remat or --memory-budget, not both")
@@ -279,8 +279,8 @@ def _train(args, comm) -> int:
             plot(args.plot, history, val_hist)
     elapsed = time.perf_counter() - started
     if args.save:
-        from .output import save_npz
-        from ..checkpoint import host
+        from ..files.write import save_npz
+        from ..training.checkpoint import host
         save_npz(args.save, {k: host(v) for k, v in result.params.items()})
     if comm is None or comm.rank == 0:
         _summary(result, elapsed, per_step, comm)

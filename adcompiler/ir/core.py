@@ -218,10 +218,6 @@ class Module:
         import html
         return f"<pre>{html.escape(str(self))}</pre>"
 
-    def __reduce__(self):
-        """Pickled as its IR text: what is stored is what `print_module` shows."""
-        return _module_from_text, (str(self),)
-
     def add(self, fn: Function) -> Function:
         self.functions[fn.name] = fn
         return fn
@@ -300,8 +296,3 @@ def source_name(name: str) -> str:
     """The name a function has in the program's source: the lowering names a function
     specialized to concrete dims ``f.N4`` and rule functions ``f.grad``, after it."""
     return name.split(".")[0]
-
-
-def _module_from_text(text: str) -> "Module":
-    from .parser import parse_module
-    return parse_module(text, "<pickle>")

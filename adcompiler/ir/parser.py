@@ -262,3 +262,8 @@ MAX_ATTR_DEPTH = 64    # attribute values are shapes and index lists, a few leve
 
 def _child(tree: Tree, data: str) -> Tree | None:
     return next((c for c in tree.children if isinstance(c, Tree) and c.data == data), None)
+
+
+def module_from_text(text: str) -> Module:
+    """A pickled module back from its IR text (see `adcompiler.ir`'s pickle registration)."""
+    return parse_module(text, "<pickle>")

@@ -23,7 +23,10 @@ import re
 
 import numpy as np
 
-from .core import Block, Function, Module, Op, Value
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: the core classes print through this module
+    from .core import Block, Function, Module, Op, Value
 from .types import TensorType, parse_dim
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")

@@ -13,7 +13,7 @@ grad_norm, grad_norm_<p>..., lr)`` holds, in this order:
 * the norms ``grad_norm_<p> = sqrt(sum(g*g))`` and ``grad_norm = sqrt(sum(norms**2))``, and
   with `clip` the gradients scaled by ``min(clip / (grad_norm + 1e-6), 1)``, as
   ``torch.nn.utils.clip_grad_norm_`` does;
-* the optimizer update (`adcompiler.optim`), the learning rate computed from the step counter.
+* the optimizer update (`adcompiler.training.optim`), the learning rate computed from the step counter.
 
 The state is the counter ``step`` (an i64 scalar, updates made so far) and each parameter's
 slots, named as torch's (``exp_avg_W1``, ``exp_avg_sq_W1``, ``momentum_buffer_W1``), with a
@@ -41,7 +41,7 @@ CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_'s
 @dataclass(frozen=True)
 class TrainStep(ModulePass):
     """Add ``<fn>_step`` (or `name`), the training step of the loss `fn` for the inputs
-    `wrt` (default: the ``param`` inputs). Optimizer options as in `adcompiler.optim`;
+    `wrt` (default: the ``param`` inputs). Optimizer options as in `adcompiler.training.optim`;
     ``weight_decay = none`` is the optimizer's default; `remat` is the checkpointing policy
     of the adjoint (`bind` gives sizes for byte budgets)."""
 
@@ -68,7 +68,7 @@ class TrainStep(ModulePass):
     bind: tuple[str, ...] = ()
 
     def __call__(self, module: Module) -> Module:
-        from ..optim import from_fields
+        from ..training.optim import from_fields
         opt = from_fields(self)
         if self.accumulate < 1:
             raise AdcError(f"accumulate must be >= 1, got {self.accumulate}")
@@ -106,7 +106,7 @@ def _bind_trip_counts(module: Module, fn_name: str, bind: dict[str, int]) -> Mod
     made for a known number of steps, and the bound types then refuse a batch of another
     length. A loop whose count stays symbolic is refused, since a remat policy it would
     silently leave out stores every step."""
-    from ..cli.dtype import bind_dims
+    from .to_dtype import bind_dims
     from ..ops.registry import has_trait
     seen, todo, counts = set(), [fn_name], {}
     while todo:
@@ -176,7 +176,7 @@ def build_step(fn: Function, adjoint: Function, wrt: list[str], opt, clip: float
                                 for n in norms])
     total = b.emit("sqrt", b.emit("sum", b.emit("mul", stacked, stacked)))
     total.name = "grad_norm"
-    from ..optim import Scalars
+    from ..training.optim import Scalars
     s = Scalars(b, arg[step_name], opt.lr)
     s.lr64.name = "lr"
     coef = None

@@ -1,8 +1,10 @@
 """The memory / recomputation trade-off: budgets swept from min-memory to store-all, and
-the baselines (`sqrt`, `mincut`) beside them."""
+the baselines (`sqrt`, `mincut`) beside them; and the one schedule that fits a budget best
+(`fit_budget`, what training under a memory budget asks for)."""
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Mapping
 
 from ..ir.core import Module
@@ -79,10 +81,32 @@ def plot_curve(rows: list[dict], path: str, title: str = "") -> bool:
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    from ..cli.output import write_atomic
+    from ..files.write import write_atomic
     fmt = os.path.splitext(path)[1][1:].lower() or "png"
     try:
         write_atomic(path, lambda f: fig.savefig(f, format=fmt))
     finally:
         plt.close(fig)
     return True
+
+
+@dataclass
+class Fit:
+    """The cheapest schedule found that fits a byte budget (see `fit_budget`)."""
+    module: Module
+    peak_bytes: int          # predicted peak of the scheduled adjoint
+    recompute_flops: int
+    guarantee: str           # optimal, gap or heuristic (`explain.remat_stats`)
+
+
+def fit_budget(module: Module, fn: str, budget: int,
+               dims: Mapping[str, int] | None = None) -> Fit:
+    """The schedule of least recomputation whose predicted peak fits `budget` bytes, for
+    the adjoint `fn` of `module` (the output of ``reverse``), with its predicted peak: what
+    training under a memory budget asks for. A budget below every schedule is an
+    `AdcError` naming the smallest peak found."""
+    dims = dict(dims or {})
+    sched = schedule(module, Policy("budget", budget=budget), fn, dims)
+    stats = remat_stats(module, sched, dims)
+    return Fit(sched.module, stats["peak_bytes_predicted"], stats["recompute_flops"],
+               stats["guarantee"])

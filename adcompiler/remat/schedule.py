@@ -272,26 +272,3 @@ def _note_skipped(f: Function, sched: Schedule) -> None:
             sched.notes.append(f"loop at {op.loc}: trip count {op.attrs['n']} is symbolic; "
                                f"its residuals are stored in full (adc compile: bind it "
                                f"with --bind; adc run binds it from the inputs)")
-
-
-@dataclass
-class Fit:
-    """The cheapest schedule found that fits a byte budget (see `fit_budget`)."""
-    module: Module
-    peak_bytes: int          # predicted peak of the scheduled adjoint
-    recompute_flops: int
-    guarantee: str           # optimal, gap or heuristic (`explain.remat_stats`)
-
-
-def fit_budget(module: Module, fn: str, budget: int,
-               dims: Mapping[str, int] | None = None) -> Fit:
-    """The schedule of least recomputation whose predicted peak fits `budget` bytes, for
-    the adjoint `fn` of `module` (the output of ``reverse``), with its predicted peak: what
-    training under a memory budget asks for. A budget below every schedule is an
-    `AdcError` naming the smallest peak found."""
-    from .explain import remat_stats
-    dims = dict(dims or {})
-    sched = schedule(module, Policy("budget", budget=budget), fn, dims)
-    stats = remat_stats(module, sched, dims)
-    return Fit(sched.module, stats["peak_bytes_predicted"], stats["recompute_flops"],
-               stats["guarantee"])

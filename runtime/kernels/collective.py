@@ -1,7 +1,7 @@
 """Kernels of the collectives (`adc_runtime.collectives` holds the communicators)."""
 import math
 
-from . import kernel
+from .table import kernel
 from ..collectives import current
 
 

@@ -1,5 +1,5 @@
 """Kernels of constructors."""
-from . import DTYPES, kernel, out_kernel
+from .table import DTYPES, kernel, out_kernel
 
 
 @kernel("const")

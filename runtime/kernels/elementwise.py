@@ -6,7 +6,7 @@ float one is converted to that float dtype first.
 """
 import math
 
-from . import ELEMENTWISE_OUT, kernel, out_kernel
+from .table import ELEMENTWISE_OUT, kernel, out_kernel
 
 GELU_K = math.sqrt(2.0 / math.pi)
 

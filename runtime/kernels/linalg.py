@@ -5,7 +5,7 @@ import string
 
 import numpy
 
-from . import kernel, out_kernel
+from .table import kernel, out_kernel
 
 
 @kernel("matmul")

@@ -4,7 +4,7 @@ Softmax-like kernels subtract the maximum along the axis so that exp never overf
 bce_with_logits uses max(z, 0) - z*y + log1p(exp(-|z|)). Python scalars keep the array's
 dtype (NumPy >= 2 promotion), so every kernel computes in its input dtype.
 """
-from . import DTYPES, kernel, out_kernel
+from .table import DTYPES, kernel, out_kernel
 
 
 def _shifted(xp, x, axis):

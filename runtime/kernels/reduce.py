@@ -1,7 +1,7 @@
 """Kernels of reductions."""
 import functools
 
-from . import kernel, out_kernel
+from .table import kernel, out_kernel
 
 
 def _axis(x, axis):

@@ -1,5 +1,5 @@
 """Kernels of shape ops (and of `split`, `index_grad`, their adjoint helpers)."""
-from . import kernel, out_kernel
+from .table import kernel, out_kernel
 
 
 @kernel("reshape")

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 
 import adcompiler as adc
-from adcompiler.distributed import communicator, fail_together, shard
+from adcompiler.training.distributed import communicator, fail_together, shard
 
 MODEL = """
 def mlp(x: f64[B, 5], y: i64[B], param W1: f64[5, 7], param b1: f64[7],

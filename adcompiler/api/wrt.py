@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Sequence, Union
 
-from .diagnostics import AdcError
-from .ir.core import Function
+from ..diagnostics import AdcError
+from ..ir.core import Function
 
 Wrt = Union[str, Sequence[str], None]
 

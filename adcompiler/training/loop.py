@@ -6,7 +6,7 @@ run needs around the step: validation each epoch with the forward-only program, 
 every N steps, resuming, a progress bar, a JSON-lines log, a plot, and stopping at a
 non-finite loss or gradient norm without writing the bad parameters anywhere.
 
-With a communicator (`adcompiler.distributed`), every process draws the same global batches
+With a communicator (`adcompiler.training.distributed`), every process draws the same global batches
 and trains on its own shard of each; the step averages the loss and gradients over the
 processes, so the run does not depend on their number. Process 0 alone validates and
 writes checkpoints; every process can resume from one.
@@ -24,9 +24,9 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from . import checkpoint as ckpt
-from .diagnostics import AdcError
+from ..diagnostics import AdcError
 from .distributed import shard
-from .train_data import (DimBinder, bind_batch, check_data, check_loss, check_params,
+from .data import (DimBinder, bind_batch, check_data, check_loss, check_params,
                          draw_params, epoch_batches, param_names, rows_of, take_rows)
 
 
@@ -100,7 +100,7 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
     messages. `comm`: a communicator for data-parallel training (each step's `batch` rows are
     split evenly over its processes; gradients all-reduced in buckets of `bucket_mb` MiB).
     """
-    from .train_setup import prepare
+    from .setup import prepare
     run = prepare(program, fn=fn, dtype=dtype, dims=dims)
     f = run.fn
     check_loss(f)
@@ -162,7 +162,7 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
     for m in metrics:
         evaluators[f"val_{m}"] = run.forward(m, device, detect_anomaly, eval_dims)
     result = TrainResult(params, state, pos.step)
-    from .train_report import Rate
+    from .report import Rate
     rate = Rate()
 
     def save_checkpoint():
@@ -226,7 +226,7 @@ def _mean(evaluate, params: Mapping, val: Mapping, batch: int) -> float:
 
 def _peaks(step_fn, dims: Mapping[str, int]) -> tuple[int, int]:
     """The step's peak live memory: predicted from its IR, and measured by its executor."""
-    from .memory.liveness import predict_peak
+    from ..memory.liveness import predict_peak
     predicted = predict_peak(step_fn.module, step_fn.fn_name, dims).peak_bytes
     return predicted, step_fn.stats["peak_bytes"]
 
@@ -236,8 +236,8 @@ def _fit_budget(run, optimizer, names, budget: int, options: dict) -> tuple:
     included) fits `budget`, and its policy. The remat schedule budgets the adjoint's own
     memory, so the largest adjoint budget whose step fits is found by bisection (the step's
     peak grows with the adjoint's budget)."""
-    from .memory.liveness import predict_peak
-    from .memory.sizes import format_bytes
+    from ..memory.liveness import predict_peak
+    from ..memory.sizes import format_bytes
 
     def attempt(target: int):
         try:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from .api import FunctionBuilder, Source, load
-from .diagnostics import AdcError
-from .ir.core import Function, Module
+from .program import FunctionBuilder, Source, load
+from ..diagnostics import AdcError
+from ..ir.core import Function, Module
 
 FLOAT_DTYPES = ("f16", "f32", "f64", "bf16")
 
@@ -22,8 +22,8 @@ def primal(program: Source, fn: str | None,
     if dtype is not None:
         if dtype not in FLOAT_DTYPES:
             raise AdcError(f"dtype must be one of {', '.join(FLOAT_DTYPES)}, got {dtype!r}")
-        from .cli.dtype import to_dtype
-        from .passes.clone import clone_module
+        from ..passes.to_dtype import to_dtype
+        from ..passes.clone import clone_module
         module = to_dtype(clone_module(module), "f32" if dtype == "bf16" else dtype)
     return module, module[name]
 
@@ -31,15 +31,15 @@ def primal(program: Source, fn: str | None,
 def _around(passes: str, derivative, after=()) -> list:
     """`passes`, then `derivative` (a pass) after ``scan-inputs``, then `passes`: loops scan
     the stacked values they read as ``X[i]`` before they are differentiated."""
-    from .passes.pipeline import parse_pipeline
-    from .passes.scan_inputs import ScanInputs
+    from ..passes.pipeline import parse_pipeline
+    from ..passes.scan_inputs import ScanInputs
     return [*parse_pipeline(passes), ScanInputs(), derivative, *parse_pipeline(passes), *after]
 
 
 def _remat_passes(remat: str | None, fn: str, dims: Mapping[str, int] | None) -> list:
     if remat is None or remat == "none":
         return []
-    from .passes.remat import Remat
+    from ..passes.remat import Remat
     return [Remat(policy=remat, fn=fn, bind=tuple(f"{k}={v}" for k, v in (dims or {}).items()))]
 
 
@@ -54,10 +54,10 @@ def derive(module: Module, derivative, passes: str, derived: str, remat=None,
     """`module` through `passes`, ``scan-inputs``, the derivative pass `derivative` (which
     adds the function `derived`), `passes` and the ``remat`` schedule of `derived`, if
     asked."""
-    from .passes.pipeline import run_pipeline
+    from ..passes.pipeline import run_pipeline
     if remat not in (None, "none") and dims:  # loops get plans for the trip counts bound here
-        from .cli.dtype import bind_dims
-        from .passes.clone import clone_module
+        from ..passes.to_dtype import bind_dims
+        from ..passes.clone import clone_module
         module = bind_dims(clone_module(module), dims)
     return run_pipeline(module, _around(passes, derivative,
                                         _remat_passes(remat, derived, dims)))
@@ -66,7 +66,7 @@ def derive(module: Module, derivative, passes: str, derived: str, remat=None,
 def reverse(module: Module, fn: str, wrt: list[str], passes: str, seed=(), remat=None,
             dims=None) -> Module:
     """The adjoint ``<fn>_grad`` of `fn` with respect to `wrt` (see `derive`)."""
-    from .passes.reverse import Reverse
+    from ..passes.reverse import Reverse
     return derive(module, Reverse(wrt=tuple(wrt), fn=fn, seed=tuple(seed)), passes,
                   fn + "_grad", remat, dims)
 

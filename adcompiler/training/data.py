@@ -19,10 +19,10 @@ from typing import Mapping
 
 import numpy as np
 
-from .cli.inputs import DimBinder, _convert, load_data
-from .diagnostics import AdcError
-from .ir.core import Function
-from .ir.types import NUMPY_DTYPE, TensorType, resolve_dim
+from ..files.inputs import DimBinder, _convert, load_data
+from ..diagnostics import AdcError
+from ..ir.core import Function
+from ..ir.types import NUMPY_DTYPE, TensorType, resolve_dim
 
 INIT_SCHEMES = ("glorot", "kaiming", "normal")
 NORMAL_STD = 0.01

@@ -13,17 +13,17 @@ float result (with ``has_aux=True``: the first result, the others returned besid
 gradient), anything else is an error that names the result; `vjp` differentiates any result
 along a given cotangent.
 
-The callable is `adcompiler.compiled`, what is differentiated `adcompiler.wrt`, and the
-pipelines that compile derivative programs `adcompiler.derive`.
+The callable is `adcompiler.api.compiled`, what is differentiated `adcompiler.api.wrt`, and the
+pipelines that compile derivative programs `adcompiler.api.derive`.
 """
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from .api import DEFAULT_PASSES, Source
-from .compiled import Compiled
+from .program import DEFAULT_PASSES, Source
+from .compiled import Compiled, gradient
 from .derive import derive, no_remat, primal, reverse, vjp_seed
-from .ir.core import Module
+from ..ir.core import Module
 from .wrt import Shape, Wrt, one_or_tuple, require_scalar, wrt_shape
 
 __all__ = ["function", "grad", "value_and_grad", "vjp", "jvp", "hvp", "Compiled"]
@@ -33,7 +33,7 @@ def function(program: Source, fn: str | None = None, *, passes: str = DEFAULT_PA
              remat: str | None = None, dtype: str | None = None, device: str = "cpu",
              dims: Mapping[str, int] | None = None) -> Compiled:
     """`fn` as a Python callable returning its result (a tuple for several results)."""
-    from .passes.pipeline import run_pipeline
+    from ..passes.pipeline import run_pipeline
     no_remat(remat, "function")
     module, f = primal(program, fn, dtype)
     return Compiled(run_pipeline(module, passes), f.name, f.arg_names,
@@ -62,17 +62,6 @@ def value_and_grad(program: Source, fn: str | None = None, wrt: Wrt = None, *,
     return gradient(module, f.name, shape.names, spec, device, dims, dtype, shape.style)
 
 
-def gradient(module: Module, fn: str, names: list[str], spec: dict, device, dims, dtype,
-              style: str) -> Compiled:
-    """A `grad` or `value_and_grad` callable of `fn` in `module` differentiating `names`."""
-    f = module[fn]
-    spec = {**spec, "primal": fn, "results": len(f.result_types), "wrt": list(names),
-            "style": style}
-    derived = reverse(module, fn, names, spec["passes"], (0,) if spec["has_aux"] else (),
-                       spec["remat"], dims)
-    return Compiled(derived, f"{fn}_grad", f.arg_names, spec, device, dims, dtype)
-
-
 def grad(program: Source, fn: str | None = None, wrt: Wrt = None, *,
          argnums: int | Sequence[int] | None = None, has_aux: bool = False,
          passes: str = DEFAULT_PASSES, remat: str | None = None, dtype: str | None = None,
@@ -95,7 +84,7 @@ def vjp(program: Source, fn: str | None = None, wrt: Wrt = None, *,
     ``sum(result * cotangent)``; each pullback call reruns the forward sweep rather than
     keeping the primal call's intermediates.
     """
-    from .passes.pipeline import run_pipeline
+    from ..passes.pipeline import run_pipeline
     module, f = primal(program, fn, dtype)
     shape = wrt_shape(f, wrt, argnums)
     seeded, ct_names = vjp_seed(module, f)
@@ -153,7 +142,7 @@ def jvp(program: Source, fn: str | None = None, wrt: Wrt = None, *,
     (see `Compiled.inputs`); each of value and tangent is one array for a single result,
     else a tuple.
     """
-    from .passes.jvp import JVP
+    from ..passes.jvp import JVP
     no_remat(remat, "jvp")
     module, tfn, f, _ = _second_order(JVP, program, fn, wrt, argnums, passes, "_jvp",
                                       dtype)
@@ -171,7 +160,7 @@ def hvp(program: Source, fn: str | None = None, wrt: Wrt = None, *,
     It takes `fn`'s inputs followed by the direction: one tangent per input of `wrt`, named
     ``t_<input>``.
     """
-    from .passes.hvp import HVP
+    from ..passes.hvp import HVP
     require_scalar(primal(program, fn, None)[1], "hvp")
     module, hfn, f, shape = _second_order(HVP, program, fn, wrt, argnums, passes, "_hvp",
                                           dtype, remat, dims)

@@ -1,4 +1,5 @@
-"""Whole-module type rewrites behind the CLI's ``--dtype f64`` and ``adc compile --bind``.
+"""The `to-dtype` pass (``--dtype f64``, ``to-dtype{dtype=f64}`` in a pipeline) and the
+whole-module type rewrite it shares with `bind_dims` (``adc compile --bind``).
 
 Both rewrite a module in place: every value type, every function result type and every
 attribute whose registry option kind says it holds a dtype (``dtype``) or dimensions
@@ -6,12 +7,14 @@ attribute whose registry option kind says it holds a dtype (``dtype``) or dimens
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Iterator, Mapping
 
 from ..ir.core import Block, Module, Op, Value
 from ..ir.types import TensorType, is_float, substitute_dim
 from ..ops import registry
 from ..ops.registry import has_trait
+from .pipeline import ModulePass, register_pass
 
 
 def _blocks(block: Block) -> Iterator[Block]:
@@ -76,3 +79,13 @@ def bind_dims(module: Module, env: Mapping[str, int]) -> Module:
         return value
 
     return rewrite_types(module, type_fn, attr_fn)
+
+
+@register_pass("to-dtype")
+@dataclass(frozen=True)
+class ToDtype(ModulePass):
+    """Every float type and float ``dtype`` attribute becomes `dtype`."""
+    dtype: str = "f64"
+
+    def run(self, module: Module) -> Module:
+        return to_dtype(module, self.dtype)

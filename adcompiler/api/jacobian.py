@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .ir.builder import Builder
-from .ir.core import Block, Function, Module
-from .passes.dce import DCE
-from .passes.ad import resolve_wrt
-from .passes.jvp import JVP
-from .passes.reverse import Reverse
-from .passes.scan_inputs import ScanInputs
+from ..ir.builder import Builder
+from ..ir.core import Block, Function, Module
+from ..passes.dce import DCE
+from ..passes.ad import resolve_wrt
+from ..passes.jvp import JVP
+from ..passes.reverse import Reverse
+from ..passes.scan_inputs import ScanInputs
 
 
 def result_keys(n: int) -> list[str]:

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Union
 
-from .diagnostics import AdcError
+from ..diagnostics import AdcError
 
 __all__ = ["Schedule", "Optimizer", "constant", "warmup", "cosine", "sgd", "adam", "adamw",
            "parse_optimizer"]

@@ -17,8 +17,8 @@ import zlib
 
 import numpy as np
 
-from .diagnostics import AdcError, Loc, source_lines
-from .memory.limit import check_fits
+from ..diagnostics import AdcError, Loc, source_lines
+from ..memory.limit import check_fits
 
 MAX_INT_DIGITS = 20      # more digits fit no integer dtype (uint64 has 20)
 MAX_RANK = 64            # NumPy's limit on dimensions

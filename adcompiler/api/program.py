@@ -12,13 +12,12 @@ from typing import Any, Iterable, Mapping, Union
 
 import numpy as np
 
-from .diagnostics import AdcError
-from .ir.builder import Builder
-from .ir.core import Block, Function, Module
-from .ir.types import DTYPES, TensorType
+from ..diagnostics import AdcError
+from ..ir.builder import Builder
+from ..ir.core import Block, Function, Module
+from ..ir.types import DTYPES, TensorType
 
 Source = Union[Module, str, "os.PathLike[str]"]
-IR_SUFFIXES = (".ir", ".adcir")
 DEFAULT_PASSES = "inline,canonicalize,cse,dce"
 
 __all__ = ["parse_tdsl", "parse_ir", "load", "tensor_type", "FunctionBuilder", "run"]
@@ -28,42 +27,35 @@ __all__ = ["parse_tdsl", "parse_ir", "load", "tensor_type", "FunctionBuilder", "
 
 def parse_tdsl(text: str | bytes, filename: str = "<input>") -> Module:
     """TDSL source text -> IR module (the frontend's `compile_source`)."""
-    from .frontend import compile_source
+    from ..frontend import compile_source
     return compile_source(text, filename)
 
 
 def parse_ir(text: str, filename: str = "<ir>", verify: bool = True) -> Module:
     """IR text (as `print_module` writes it) -> IR module, verified unless `verify=False`."""
-    from .ir.parser import parse_module
+    from ..ir.parser import parse_module
     module = parse_module(text, filename)
     if verify:
-        from .ir.verifier import verify as verify_module
+        from ..ir.verifier import verify as verify_module
         verify_module(module)
     return module
 
 
-def _is_ir_text(text: str) -> bool:
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith(("#", "//")):
-            return line.startswith("func ")
-    return False
-
-
 def load(source: Source) -> Module:
-    """A `Module` as is; a path to a TDSL or IR file; or TDSL or IR source text."""
+    """A `Module` as is; a path to a TDSL or IR file; or TDSL or IR source text. Which form a
+    file or a text is follows `adcompiler.frontend`'s rule (extension; first line)."""
+    from ..frontend import compile_file, path_kind, text_kind
     if isinstance(source, Module):
         return source
     if isinstance(source, os.PathLike) or (
             isinstance(source, str) and "\n" not in source and "{" not in source):
         path = os.fspath(source)
-        if path.endswith(IR_SUFFIXES):
+        if path_kind(path) == "ir":
             with open(path, encoding="utf-8") as f:
                 return parse_ir(f.read(), path)
-        from .frontend import compile_file
         return compile_file(path)
     if isinstance(source, str):
-        return parse_ir(source) if _is_ir_text(source) else parse_tdsl(source)
+        return parse_ir(source) if text_kind(source) == "ir" else parse_tdsl(source)
     raise TypeError(f"expected a Module, a path or source text, got {type(source).__name__}")
 
 
@@ -134,7 +126,7 @@ def runner(module: Module, name: str, device: str = "cpu", donate: bool = False,
     xp = _array_module(device)
     if device == "cuda":
         from adc_runtime.cuda import runner as cuda_runner
-        from .emit.cuda import ensure_fused, kernel_specs
+        from ..emit.cuda import ensure_fused, kernel_specs
         fused = ensure_fused(module)
         r = cuda_runner(fused, name, kernel_specs(fused), xp)
     else:
@@ -143,7 +135,7 @@ def runner(module: Module, name: str, device: str = "cpu", donate: bool = False,
         r = Runner(module, name, xp,
                    lambda dims: CompiledExecutor(module, xp, dims, fuse=fuse))
     r.donate = donate
-    from .labels import label_check
+    from ..labels import label_check
     check = label_check(module[name])
     if check is not None:
         r.checks.append(check)
@@ -163,3 +155,10 @@ def run(program: Source, fn: str | None = None, inputs: Mapping[str, Any] | None
         raise AdcError(f"no function '{name}' (functions: {', '.join(module.functions)})")
     outs, _ = runner(module, name, device)({**(inputs or {}), **named}, dims)
     return list(outs)
+
+
+def with_executor(module: Module, name: str, device: str, executor, donate: bool = False):
+    """`runner` of `name` whose executors are of class `executor` (an `Executor`)."""
+    r = runner(module, name, device, donate)
+    r.make_executor = lambda dims: executor(r.module, r.xp, dims)
+    return r

@@ -13,8 +13,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .api import DEFAULT_PASSES, Source
-from .diagnostics import AdcError
+from .program import DEFAULT_PASSES, Source
+from ..diagnostics import AdcError
 from .derive import primal
 from .transforms import hvp, jvp, vjp
 from .wrt import Wrt, require_scalar, wrt_shape
@@ -136,7 +136,7 @@ def jacrev(program: Source, fn: str | None = None, wrt: Wrt = None, *,
 def auto_jacobian(program: Source, fn: str | None = None, wrt: Wrt = None, *,
              argnums: int | Sequence[int] | None = None, mode: str | None = None,
              inputs: Mapping[str, Any] | None = None, **options) -> Matrix:
-    """`jacfwd` or `jacrev`, whichever needs fewer runs (`adcompiler.jacobian.choose_mode`,
+    """`jacfwd` or `jacrev`, whichever needs fewer runs (`adcompiler.api.jacobian.choose_mode`,
     as ``adc jacobian``): it counts the differentiated input elements against the output
     elements, so it needs example `inputs` to size them (or `mode` to force one)."""
     from .jacobian import choose_mode

@@ -30,7 +30,7 @@ def load_data(path: str) -> dict[str, tuple[np.ndarray, bool]]:
     (`datafiles` says what is refused)."""
     if not path.endswith((".json", ".npz")):
         raise AdcError(f"inputs file '{path}' must end in .npz or .json")
-    from ..datafiles import read_json_arrays, read_npz
+    from .read import read_json_arrays, read_npz
     raw = _read_bytes(path, "inputs file")
     if path.endswith(".json"):
         return {k: (v, True) for k, v in read_json_arrays(raw, path).items()}

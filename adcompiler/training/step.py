@@ -28,9 +28,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy
 
-from .api import DEFAULT_PASSES, Source, _array_module, runner
-from .diagnostics import AdcError
-from .ir.core import Module
+from ..api.program import DEFAULT_PASSES, Source, _array_module, runner
+from ..diagnostics import AdcError
+from ..ir.core import Module
 from .optim import Optimizer, option_fields, parse_optimizer
 
 __all__ = ["train_step", "CompiledStep"]
@@ -47,21 +47,21 @@ def train_step(program: Source, optimizer: Optimizer | str, clip: float | None =
                fuse: bool | None = None) -> "CompiledStep":
     """Compile the training step of the loss `fn` (default: the main function).
 
-    `optimizer`: an `adcompiler.optim` optimizer or its text (``"adam:lr=1e-3,wd=0.01"``).
+    `optimizer`: an `adcompiler.training.optim` optimizer or its text (``"adam:lr=1e-3,wd=0.01"``).
     `clip`: the max global gradient norm (``clip_grad_norm_``). `accumulate`: K
     micro-batches per step; each call's batch then holds K times the rows, split along axis
     0. `wrt`: the trained inputs (default: the ``param`` inputs). `dtype`: make every float
     this dtype first (``"f64"``). `remat`: a checkpointing policy for the adjoint.
-    `comm`: a communicator of data-parallel training (`adcompiler.distributed`): the
+    `comm`: a communicator of data-parallel training (`adcompiler.training.distributed`): the
     ``allreduce`` pass averages the loss and gradients over its processes in buckets of
     `bucket_mb` MiB, overlapped with the backward pass unless `overlap` is false.
     `fuse`: compile the update's elementwise runs into loops from the first call (True),
     never (False), or once the calls have taken `FUSE_AFTER_S` seconds (None; module doc).
     """
-    from .passes.pipeline import parse_pipeline, run_pipeline
-    from .passes.scan_inputs import ScanInputs
-    from .passes.train_step import TrainStep
-    from .derive import primal
+    from ..passes.pipeline import parse_pipeline, run_pipeline
+    from ..passes.scan_inputs import ScanInputs
+    from ..passes.train_step import TrainStep
+    from ..api.derive import primal
     if isinstance(optimizer, str):
         optimizer = parse_optimizer(optimizer)
     if not isinstance(optimizer, Optimizer):
@@ -74,7 +74,7 @@ def train_step(program: Source, optimizer: Optimizer | str, clip: float | None =
                           remat=remat or "none", bind=bind, **option_fields(optimizer))
     pipeline = [*parse_pipeline(passes), ScanInputs(), step_pass]
     if comm is not None:
-        from .passes.allreduce import AllReduce
+        from ..passes.allreduce import AllReduce
         pipeline.append(AllReduce(fn=f"{f.name}_step", bucket_mb=bucket_mb, overlap=overlap,
                                   bind=bind))
     module = run_pipeline(module, pipeline + parse_pipeline(f"dce{{fn={f.name}_step}}"))

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from .api import Source, load
-from .diagnostics import AdcError
-from .ir.core import Function, Module
+from ..api.program import Source, load, with_executor
+from ..diagnostics import AdcError
+from ..ir.core import Function, Module
 
 
 @dataclass
@@ -29,7 +29,7 @@ class Prepared:
         """The training step: ``init(params)`` and ``(params, state, batch) -> (params,
         state, metrics)``; with `precision`, it has a `scaler` (`loss_scale.LossScaler`);
         with a communicator `comm`, it averages the loss and gradients over its processes
-        (`adcompiler.distributed`)."""
+        (`adcompiler.training.distributed`)."""
         if precision is not None and comm is not None:
             raise AdcError("mixed precision does not combine with data-parallel training "
                            "yet: drop --precision or --distributed")
@@ -39,7 +39,7 @@ class Prepared:
                                       clip=clip, accumulate=accumulate, remat=remat,
                                       device=device, dims=dims,
                                       detect_anomaly=detect_anomaly)
-        from .compiled_step import train_step
+        from .step import train_step
         step = train_step(self.module, optimizer, clip=clip, accumulate=accumulate,
                           fn=self.fn.name, wrt=names, remat=remat, device=device, dims=dims,
                           comm=comm, bucket_mb=bucket_mb)
@@ -60,9 +60,9 @@ class Prepared:
             raise AdcError(f"'{name}' cannot be evaluated as a metric of '{self.fn.name}': "
                            "it must take inputs of the loss (by name) and return one "
                            "scalar", f.loc)
-        from .api import DEFAULT_PASSES, runner
-        from .passes.clone import clone_module
-        from .passes.pipeline import run_pipeline
+        from ..api.program import DEFAULT_PASSES, runner
+        from ..passes.clone import clone_module
+        from ..passes.pipeline import run_pipeline
         module = run_pipeline(clone_module(self.module), DEFAULT_PASSES)
         run = anomaly_runner(module, name, device) if detect_anomaly else \
             runner(module, name, device)
@@ -81,18 +81,10 @@ def anomaly_runner(module: Module, name: str, device: str, donate: bool = False)
     return with_executor(module, name, device, AnomalyExecutor, donate)
 
 
-def with_executor(module: Module, name: str, device: str, executor, donate: bool = False):
-    """`api.runner` of `name` whose executors are of class `executor` (an `Executor`)."""
-    from .api import runner
-    r = runner(module, name, device, donate)
-    r.make_executor = lambda dims: executor(r.module, r.xp, dims)
-    return r
-
-
 def prepare(program: Source, fn: str | None = None, dtype: str | None = None,
             dims: Mapping[str, int] | None = None) -> Prepared:
     """Load `program`, pick `fn` (default: the main function) and apply `dtype`."""
-    from .passes.clone import clone_module
+    from ..passes.clone import clone_module
     module = load(program)
     if isinstance(program, Module):
         module = clone_module(module)
@@ -102,7 +94,7 @@ def prepare(program: Source, fn: str | None = None, dtype: str | None = None,
     if name not in module:
         raise AdcError(f"no function '{name}' (functions: {', '.join(module.functions)})")
     if dtype is not None:
-        from .cli.dtype import to_dtype
+        from ..passes.to_dtype import to_dtype
         to_dtype(module, dtype)
     return Prepared(module, module[name])
 

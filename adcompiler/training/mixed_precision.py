@@ -18,14 +18,14 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .diagnostics import AdcError
-from .ir.core import Module
+from ..diagnostics import AdcError
+from ..ir.core import Module
 from .loss_scale import LossScaler
 
 
 def _scaled_loss(module: Module, fn_name: str, names: list[str]) -> tuple[Module, str]:
     """`module` plus ``<fn>_scaled(inputs..., loss_scale: f32) = f32(fn(inputs)) * scale``."""
-    from .api import FunctionBuilder
+    from ..api.program import FunctionBuilder
     f = module[fn_name]
     name = f"{fn_name}_scaled"
     while name in module:
@@ -73,10 +73,10 @@ class MixedPrecisionStep:
     def __init__(self, module: Module, fn_name: str, names: list[str], optimizer,
                  precision: str, *, clip=None, accumulate: int = 1, remat=None,
                  device: str = "cpu", dims=None, detect_anomaly: bool = False):
-        from .cli.dtype import to_dtype
-        from .compiled_step import train_step
-        from .passes.clone import clone_module
-        from .transforms import value_and_grad
+        from ..passes.to_dtype import to_dtype
+        from .step import train_step
+        from ..passes.clone import clone_module
+        from ..api.transforms import value_and_grad
         if precision not in ("f16", "bf16"):
             raise AdcError(f"unknown precision '{precision}' (f16, bf16)")
         if precision == "bf16" and device != "cpu":
@@ -96,7 +96,7 @@ class MixedPrecisionStep:
         self.grad = value_and_grad(scaled, name, wrt=list(names), device=device, dims=dims)
         executor = _executor(precision, detect_anomaly)
         if executor is not None:
-            from .train_setup import with_executor
+            from ..api.program import with_executor
             self.grad._runner = with_executor(self.grad.module, self.grad.fn_name, device,
                                               executor)
         self.low = np.float16 if precision == "f16" else np.float32

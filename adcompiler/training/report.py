@@ -14,8 +14,8 @@ import os
 import sys
 import time
 
-from .cli.output import save_text, write_atomic
-from .diagnostics import AdcError
+from ..files.write import save_text, write_atomic
+from ..diagnostics import AdcError
 
 
 class Progress:

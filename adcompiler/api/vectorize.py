@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence, Union
 
-from .api import Source
-from .diagnostics import AdcError
+from .program import Source
+from ..diagnostics import AdcError
 from .transforms import Compiled, function
 
 __all__ = ["vmap"]
@@ -51,8 +51,8 @@ def vmap(program: Source | Compiled, in_axes: InAxes = 0, *, fn: str | None = No
     `value_and_grad`, `jvp` or `hvp`) mapped over a batch axis of the inputs in `in_axes`
     (default: axis 0 of every input). Every result gains the batch as axis 0; inputs left
     out are shared by all examples. `options` go to `function` for a program."""
-    from .passes.batch import Batch
-    from .passes.pipeline import parse_pipeline, run_pipeline
+    from ..passes.batch import Batch
+    from ..passes.pipeline import parse_pipeline, run_pipeline
     inner = program if isinstance(program, Compiled) else function(program, fn, **options)
     if not inner.batchable:
         raise AdcError(f"vmap cannot batch '{inner.fn_name}': its result is a Python "

@@ -17,8 +17,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .cli.output import write_atomic
-from .diagnostics import AdcError
+from ..files.write import write_atomic
+from ..diagnostics import AdcError
 
 FORMAT = "adc-checkpoint"
 VERSION = 1

@@ -14,7 +14,7 @@ import sys
 import time
 from contextlib import contextmanager
 
-from .diagnostics import AdcError
+from ..diagnostics import AdcError
 
 
 def communicator(kind: str):

@@ -1,15 +1,27 @@
 """`Compiled`: the callable a transform returns. It binds positional and named arrays to
 the compiled function's inputs, runs it (one runner, made on the first call) and turns the
 outputs into what the call returns (`finish`, from a `spec` that is data, so a `Compiled`
-saves and pickles as IR text plus metadata: `adcompiler.artifact`)."""
+saves and pickles as IR text plus metadata).
+
+A saved `Compiled` is one IR file whose first line is a comment holding JSON metadata (the
+function, its inputs and output names, what the call returns: `finish`'s spec, the dtype,
+device, bound dims and vmap axes); IR comments are ignored, so ``adc run`` and `adc.load`
+read the same file as a plain program. Pickling goes through the same text: nothing but IR
+text and JSON is stored, and loading runs no code from the file."""
 from __future__ import annotations
 
+import json
+import os
 from typing import Any, Mapping, Sequence
 
-from .api import runner
-from .diagnostics import AdcError
-from .ir.core import Module
+from ..diagnostics import AdcError
+from ..ir.core import Module
+from .derive import reverse
+from .outputs import output_names
+from .program import runner
 from .wrt import Shape, one_or_tuple
+
+HEADER = "// adc-compiled "
 
 
 class Compiled:
@@ -18,7 +30,7 @@ class Compiled:
     `spec` says what the call returns from the function's list of outputs (`finish`): the
     transform (``kind``), the number of the primal's results, the differentiated inputs and
     how their gradients are packed, ``has_aux``. It is data, so a `Compiled` saves, loads and
-    pickles as its IR text plus this metadata (`adcompiler.artifact`). `in_axes` maps the
+    pickles as its IR text plus this metadata (`to_text`). `in_axes` maps the
     inputs `vmap` batched to the axis their examples come on.
     """
 
@@ -39,7 +51,6 @@ class Compiled:
     @property
     def outputs(self) -> list[str]:
         """The names of the compiled function's outputs (``out``, ``grad_W1``, ...)."""
-        from .artifact import output_names
         return output_names(self.module, self.module[self.fn_name])
 
     def bind(self, args: tuple, kwargs: dict) -> dict:
@@ -100,7 +111,6 @@ class Compiled:
                 and not self.in_axes:
             names = tuple(k for k in self.inputs if k in params)
             if names not in self._variants:
-                from .transforms import gradient
                 self._variants[names] = gradient(
                     self.module, self.spec["primal"], list(names), self.spec, self.device,
                     self.dims, self.dtype, style="dict")
@@ -110,15 +120,24 @@ class Compiled:
 
     def save(self, path) -> None:
         """Write the program and what the call needs as one IR file (`load_compiled`)."""
-        from .artifact import save
         save(self, path)
 
     def __reduce__(self):
-        from .artifact import compiled_from_text, to_text
         return compiled_from_text, (to_text(self),)
 
     def __repr__(self) -> str:
         return f"<Compiled {self.fn_name}({', '.join(self.inputs)})>"
+
+
+def gradient(module: Module, fn: str, names: list[str], spec: dict, device, dims, dtype,
+              style: str) -> Compiled:
+    """A `grad` or `value_and_grad` callable of `fn` in `module` differentiating `names`."""
+    f = module[fn]
+    spec = {**spec, "primal": fn, "results": len(f.result_types), "wrt": list(names),
+            "style": style}
+    derived = reverse(module, fn, names, spec["passes"], (0,) if spec["has_aux"] else (),
+                       spec["remat"], dims)
+    return Compiled(derived, f"{fn}_grad", f.arg_names, spec, device, dims, dtype)
 
 
 def finish(spec: dict, outs: list) -> Any:
@@ -150,3 +169,51 @@ def _bfloat16():
         raise AdcError("dtype='bf16' needs the ml_dtypes package "
                        "(pip install 'adcompiler[bf16]')") from None
     return ml_dtypes.bfloat16
+
+
+# ---- saved as IR text plus metadata ------------------------------------------------
+
+def to_text(compiled) -> str:
+    from ..ir.printer import print_module
+    meta = {"fn": compiled.fn_name, "inputs": compiled.inputs, "outputs": compiled.outputs,
+            "spec": compiled.spec, "device": compiled.device, "dims": compiled.dims,
+            "dtype": compiled.dtype, "in_axes": compiled.in_axes}
+    return HEADER + json.dumps(meta) + "\n" + print_module(compiled.module)
+
+
+def compiled_from_text(text: str, filename: str = "<compiled>"):
+    """A `Compiled` from `to_text`'s output."""
+    from .program import parse_ir
+    first, _, rest = text.partition("\n")
+    if not first.startswith(HEADER):
+        raise AdcError(f"{filename}: not a saved adc program (its first line is not "
+                       f"'{HEADER.strip()} {{...}}')")
+    try:
+        meta = json.loads(first[len(HEADER):])
+        module = parse_ir(text, filename)
+        c = Compiled(module, meta["fn"], meta["inputs"], meta["spec"], meta["device"],
+                     meta["dims"], meta["dtype"])
+        c.in_axes = dict(meta["in_axes"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise AdcError(f"{filename}: bad metadata line ({type(e).__name__}: {e})") from None
+    if c.fn_name not in module:
+        raise AdcError(f"{filename}: no function '{c.fn_name}'")
+    return c
+
+
+def save(compiled, path) -> None:
+    from ..files.write import save_text
+    save_text(os.fspath(path), to_text(compiled))
+
+
+def load_compiled(source):
+    """A `Compiled` saved by ``Compiled.save`` (a path), or its text."""
+    if isinstance(source, os.PathLike) or (isinstance(source, str) and
+                                           not source.startswith(HEADER)):
+        path = os.fspath(source)
+        try:
+            with open(path, encoding="utf-8") as f:
+                return compiled_from_text(f.read(), path)
+        except OSError as e:
+            raise AdcError(f"cannot read '{path}': {e.strerror}") from None
+    return compiled_from_text(source)

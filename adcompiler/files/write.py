@@ -1,4 +1,4 @@
-"""The CLI's output files: written by `adc_runtime.files.write_atomic` (atomic when regular,
+"""Output files: written by `adc_runtime.files.write_atomic` (atomic when regular,
 written through otherwise, modes kept), and refused early when they cannot be written."""
 from __future__ import annotations
 
