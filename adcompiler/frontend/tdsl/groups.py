@@ -27,11 +27,26 @@ from . import ast
 
 @dataclass(eq=False)
 class GroupType:
-    """A declared group: its fields in order, each a `TensorType` or a `GroupRef`."""
+    """A declared group: its fields in order, each a `TensorType` or a `GroupRef`; `params`
+    the names of its dims (``group Linear(I, O)``), `args` what an instance gave them."""
 
     name: str
     fields: dict = field(default_factory=dict)
     span: ast.Span | None = None
+    params: tuple = ()
+    args: tuple = ()
+
+    @property
+    def label(self) -> str:
+        return self.name + (f"({', '.join(map(str, self.args))})" if self.args else "")
+
+    def instance(self, args: tuple) -> "GroupType":
+        """This group with its dims given (`args`, one per param)."""
+        m = {p: a for p, a in zip(self.params, args) if p != a}
+        if not m:
+            return self
+        return GroupType(self.name, {k: _substitute(t, m) for k, t in self.fields.items()},
+                         self.span, self.params, tuple(args))
 
     def leaves(self, prefix: str = "", stack: tuple = ()) -> list[tuple[str, TensorType]]:
         """``(path, type)`` of every tensor field, nested groups flattened in field order,
@@ -65,7 +80,20 @@ class GroupRef:
     dims: tuple = ()
 
     def __str__(self) -> str:
-        return self.group.name + (f"[{', '.join(map(str, self.dims))}]" if self.dims else "")
+        return self.group.label + (f"[{', '.join(map(str, self.dims))}]" if self.dims else "")
+
+
+def _substitute(t, m: dict):
+    """A field type with the dims named in `m` replaced."""
+    def sub(dims):
+        return tuple(m.get(d, d) if isinstance(d, str) else d for d in dims)
+    if isinstance(t, TensorType):
+        return TensorType(t.dtype, sub(t.shape))
+    inner = t.group
+    args = sub(inner.args) if inner.args else ()
+    g = GroupType(inner.name, {k: _substitute(f, m) for k, f in inner.fields.items()},
+                  inner.span, inner.params, args)
+    return GroupRef(g, sub(t.dims))
 
 
 @dataclass(eq=False)
@@ -99,8 +127,10 @@ class GroupValue:
 
 
 def resolve_groups(defs, error) -> dict[str, GroupType]:
-    """The groups of a module by name, their field types resolved (`error(msg, span)`)."""
+    """The groups of a module by name, their field types resolved (`error(msg, span)`), a
+    group before the groups that contain it."""
     groups: dict[str, GroupType] = {}
+    found: dict[str, ast.GroupDef] = {}
     for d in defs:
         if isinstance(d, ast.GroupDef):
             if d.name in groups:
@@ -108,29 +138,52 @@ def resolve_groups(defs, error) -> dict[str, GroupType]:
                             f"{groups[d.name].span.line}", d.name_span)
             if d.name in DTYPES:
                 raise error(f"a group cannot be named '{d.name}', a dtype", d.name_span)
-            groups[d.name] = GroupType(d.name, {}, d.span)
-    for d in defs:
-        if not isinstance(d, ast.GroupDef):
-            continue
-        g = groups[d.name]
+            names = [p.name for p in d.params]
+            for k, p in enumerate(d.params):
+                if p.name in names[:k]:
+                    raise error(f"group '{d.name}' names dim '{p.name}' twice", p.span)
+            groups[d.name] = GroupType(d.name, {}, d.span, tuple(names))
+            found[d.name] = d
+    done: set[str] = set()
+
+    def resolve(name: str, path: list[str]) -> None:
+        if name in done:
+            return
+        d = found[name]
+        if name in path:
+            cycle = " -> ".join(path[path.index(name):] + [name])
+            raise error(f"group '{name}' contains itself ({cycle})", d.name_span)
+        g = groups[name]
         if not d.fields:
-            raise error(f"group '{d.name}' has no fields", d.name_span)
+            raise error(f"group '{name}' has no fields", d.name_span)
         for f in d.fields:
             if f.name in g.fields:
-                raise error(f"group '{d.name}' has two fields named '{f.name}'", f.span)
+                raise error(f"group '{name}' has two fields named '{f.name}'", f.span)
+            if f.type.dtype in found:
+                resolve(f.type.dtype, path + [name])
             g.fields[f.name] = field_type(f.type, groups, error)
-    for g in groups.values():
-        _check_acyclic(g, [], error, {d.name: d for d in defs if isinstance(d, ast.GroupDef)})
+        done.add(name)
+
+    for name in found:
+        resolve(name, [])
     return groups
 
 
 def field_type(t: ast.TypeExpr, groups: dict, error):
     """A declared type: a `TensorType`, or a `GroupRef` for a group name."""
     if t.dtype in groups:
+        g = groups[t.dtype]
         if len(t.shape) > 1:
             raise error(f"a stack of groups has one length: write {t.dtype}[{t.shape[0]}] "
                         f"and stack {t.dtype} again inside it for more axes", t.span)
-        return GroupRef(groups[t.dtype], tuple(t.shape))
+        if len(t.args) != len(g.params):
+            want = f"{len(g.params)} ({', '.join(g.params)})" if g.params else "none"
+            raise error(f"group {t.dtype} takes {want} dims in parentheses, got "
+                        f"{len(t.args)}", t.span)
+        return GroupRef(g.instance(tuple(t.args)), tuple(t.shape))
+    if t.args:
+        raise error(f"'{t.dtype}' is not a group: only groups take dims in parentheses",
+                    t.span)
     if t.dtype not in DTYPES:
         known = ", ".join(DTYPES)
         names = f"; groups: {', '.join(groups)}" if groups else ""
@@ -140,18 +193,9 @@ def field_type(t: ast.TypeExpr, groups: dict, error):
     return TensorType(t.dtype, t.shape)
 
 
-def _check_acyclic(g: GroupType, path: list, error, defs) -> None:
-    if g.name in path:
-        cycle = " -> ".join(path[path.index(g.name):] + [g.name])
-        raise error(f"group '{g.name}' contains itself ({cycle})", defs[g.name].name_span)
-    for t in g.fields.values():
-        if isinstance(t, GroupRef):
-            _check_acyclic(t.group, path + [g.name], error, defs)
-
-
 def declare(p: ast.Param, groups: dict, tensor_type, error) -> Decl:
     """The `Decl` of a function input (`tensor_type`: the type of a tensor input)."""
-    if p.type.dtype in groups:
+    if p.type.dtype in groups or p.type.args:
         t = field_type(p.type, groups, error)
         return Decl(p.name, t, t.group.leaves("", t.dims), p.span, p.is_param)
     return Decl(p.name, None, [("", tensor_type(p.type))], p.span, p.is_param)
@@ -200,7 +244,7 @@ class GroupLowering:
         if t is None:
             close = difflib.get_close_matches(e.name, list(base.group.fields), 1)
             hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise self.error(f"group {base.group.name} has no field '{e.name}' (in '{text}'; "
+            raise self.error(f"group {base.group.label} has no field '{e.name}' (in '{text}'; "
                              f"its fields: {', '.join(base.group.fields)}){hint}", e.op_span)
         if isinstance(t, TensorType):
             return self.leaf(base, e.name, e.op_span)
@@ -266,7 +310,7 @@ class GroupLowering:
             if not isinstance(v, GroupValue):
                 got = f"a tensor ({v.type})" if isinstance(v, Value) else "a number"
                 raise self.error(f"{want}, got {got}", a.span)
-            if v.group is not d.ref.group or len(v.dims) != len(d.ref.dims):
+            if v.group.name != d.ref.group.name or len(v.dims) != len(d.ref.dims):
                 raise self.error(f"{want}, got '{v.text}', group {v}", a.span)
             for path, t in d.leaves:
                 leaf = self.leaf(v, path, a.span)

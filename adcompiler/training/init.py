@@ -1,0 +1,162 @@
+"""Initial values of parameters by their role, inferred from how the program uses them.
+
+A parameter's role follows its first telling use in the loss function, calls inlined and
+through the ops that only move or pick its elements (``index`` of a stacked layer,
+``reshape``, ``transpose``, ``cast``...):
+
+| role | found as | starts at |
+|---|---|---|
+| gain | the ``gamma`` of ``layernorm``, ``batchnorm`` or ``rmsnorm`` | 1 |
+| bias | the ``beta`` of a norm, or added to a matrix product or a convolution | 0 |
+| weight | an operand of ``@``/``matmul``/``einsum``, the weight of a convolution | the scheme |
+| embedding | the table of ``take`` | N(0, 1), as ``torch.nn.Embedding`` |
+| other | anything else: rank 2 or more as a weight, smaller ones at 0 | |
+
+Weights are drawn by the scheme with fans as ``torch.nn.init`` computes them, from the
+shape the use sees (one layer of a stacked group): ``x @ W`` with ``W: [in, out]`` has
+fan-in ``in``; a convolution weight ``[O, C/groups, k...]`` has fan-in ``C/groups * k...``
+and fan-out ``O * k...``. Schemes: ``torch`` (the default, ``torch.nn.Linear``'s and
+``Conv``'s: uniform in ±1/sqrt(fan_in), which is Kaiming-uniform with a = sqrt(5)),
+``glorot`` (uniform in ±sqrt(6 / (fan_in + fan_out))), ``kaiming`` (normal, std
+sqrt(2 / fan_in), for ReLU layers) and ``normal`` (std 0.01).
+"""
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import numpy as np
+
+from ..diagnostics import AdcError
+from ..ir.core import Function, Module
+
+SCHEMES = ("torch", "glorot", "kaiming", "normal")
+NORMAL_STD = 0.01
+_MOVES = {"index", "reshape", "transpose", "cast", "broadcast_to", "expand_dims", "squeeze",
+          "neg"}
+_NORMS = {"layernorm": (1, 2), "batchnorm": (1, 2), "rmsnorm": (1, None)}
+_PRODUCTS = {"matmul", "einsum", "conv1d", "conv2d", "conv_transpose2d"}
+_CONVS = {"conv1d", "conv2d", "conv_transpose2d"}
+
+
+def roles(module: Module, fn: Function, names: list[str]) -> dict[str, tuple]:
+    """``{name: (role, fans)}`` for the inputs `names` of `fn`; `fans` is ``(fan_in,
+    fan_out)`` of a weight (dims may be symbolic), else None."""
+    from ..passes.clone import clone_module
+    from ..passes.inline import Inline
+    try:
+        inlined = Inline(fn=fn.name).run(clone_module(module))[fn.name]
+    except AdcError:
+        inlined = fn
+    uses = _uses(inlined)
+    out = {}
+    for name in names:
+        try:
+            arg = inlined.arg(name)
+        except KeyError:
+            out[name] = ("other", None)
+            continue
+        out[name] = _role(arg, uses)
+    return out
+
+
+def _uses(fn: Function) -> dict:
+    """value -> [(op, operand position)] over every op, loop bodies included."""
+    uses: dict = {}
+    for op in fn.walk():
+        for k, v in enumerate(op.operands):
+            uses.setdefault(v, []).append((op, k))
+    return uses
+
+
+def _role(v, uses) -> tuple:
+    todo, seen = [v], set()
+    while todo:
+        x = todo.pop(0)
+        if x in seen:
+            continue
+        seen.add(x)
+        for op, k in uses.get(x, []):
+            if op.name in _NORMS:
+                gain, bias = _NORMS[op.name]
+                if k == gain:
+                    return "gain", None
+                if k == bias:
+                    return "bias", None
+            elif op.name in _CONVS and k == 1:
+                return "weight", _conv_fans(op.operands[1].type.shape)
+            elif op.name in ("matmul", "einsum"):
+                return "weight", _matmul_fans(op, k)
+            elif op.name == "take" and k == 0:
+                return "embedding", None
+            elif op.name in ("add", "sub") and _is_product(op.operands[1 - k]):
+                return "bias", None
+            elif op.name in _MOVES and k == 0:
+                todo += op.results
+    return "other", None
+
+
+def _is_product(v) -> bool:
+    op = getattr(v, "defining_op", None)
+    while op is not None and op.name in _MOVES:
+        op = getattr(op.operands[0], "defining_op", None)
+    return op is not None and op.name in _PRODUCTS
+
+
+def _matmul_fans(op, k: int) -> tuple | None:
+    shape = op.operands[k].type.shape
+    if len(shape) == 1:                  # x @ w with w: [in], a layer of one output
+        return shape[0], 1
+    if len(shape) < 2:
+        return None
+    if op.name == "matmul" and k == 0:   # W @ x: W is [out, in], as torch's Linear
+        return shape[-1], shape[-2]
+    return shape[-2], shape[-1]
+
+
+def _conv_fans(shape: tuple) -> tuple:
+    receptive = 1
+    for d in shape[2:]:
+        receptive = receptive * d if isinstance(d, int) and isinstance(receptive, int) \
+            else f"{receptive}*{d}"
+    return (_times(shape[1], receptive), _times(shape[0], receptive))
+
+
+def _times(a, b):
+    return a * b if isinstance(a, int) and isinstance(b, int) else f"{a}*{b}"
+
+
+def draw(role: str, fans, shape: tuple, dtype, scheme: str, rng: np.random.Generator,
+         env: Mapping[str, int]) -> np.ndarray:
+    """One parameter's initial value (`shape` resolved; `fans` may name dims of `env`)."""
+    if scheme not in SCHEMES:
+        raise AdcError(f"unknown init scheme '{scheme}' (choose from {', '.join(SCHEMES)})")
+    if role == "gain":
+        return np.ones(shape, dtype)
+    if role == "bias":
+        return np.zeros(shape, dtype)
+    if role == "embedding" and scheme == "torch":
+        return rng.standard_normal(shape).astype(dtype)
+    if fans is None:
+        if len(shape) < 2:
+            return np.zeros(shape, dtype)
+        fans = (shape[-2], shape[-1])
+    fan_in, fan_out = (max(_value(f, env), 1) for f in fans)
+    if scheme == "torch":
+        a = 1.0 / math.sqrt(fan_in)
+        v = rng.uniform(-a, a, shape)
+    elif scheme == "glorot":
+        a = math.sqrt(6.0 / (fan_in + fan_out))
+        v = rng.uniform(-a, a, shape)
+    elif scheme == "kaiming":
+        v = rng.standard_normal(shape) * math.sqrt(2.0 / fan_in)
+    else:
+        v = rng.standard_normal(shape) * NORMAL_STD
+    return v.astype(dtype)
+
+
+def _value(d, env: Mapping[str, int]) -> int:
+    if isinstance(d, int):
+        return d
+    from ..ir.types import resolve_dim
+    return int(resolve_dim(d, env))
