@@ -22,6 +22,7 @@ from .errors import RunError, UnboundDimError  # noqa: F401  (raised here, impor
 from .buffers import donations, plan_block, stacked_in_place, value_nbytes
 from .kernels import BUILTIN, DTYPES, ELEMENTWISE_OUT, KERNELS, OUT_KERNELS, OUT_RULES
 from .liveness import borrowed_positions, borrows_args, frames_needed, last_uses
+from .random import KEY_INPUT, seed_key
 
 _dtype, _shape = operator.attrgetter("dtype"), operator.attrgetter("shape")
 IR_DTYPES = {v: k for k, v in DTYPES.items()}  # "float32" -> "f32"
@@ -455,11 +456,17 @@ class Runner:
         # checks of the converted inputs, ``check(inputs by name, dims)``, each raising a
         # RunError (the library adds the class-label ranges its ops declare)
         self.checks: list = []
+        # the seed of the key input of a function that draws random values, when the
+        # inputs give no key (`adc_runtime.random`)
+        self.seed = 0
 
     def __call__(self, inputs: Mapping[str, Any], dims: Mapping[str, int] | None = None):
-        """Run on named `inputs`; returns (outputs, stats)."""
+        """Run on named `inputs`; returns (outputs, stats). A function that draws random
+        values gets the key of `seed` unless the inputs hold its key input."""
         if self._declared is None:
             self._declare()
+        if self._key is not None and self._key not in inputs:
+            inputs = {**inputs, self._key: self.xp.asarray(seed_key(self.seed), dtype="int64")}
         try:
             arrays = [inputs[name] for name in self._names]
         except KeyError:
@@ -470,6 +477,8 @@ class Runner:
     def _declare(self) -> None:
         self._declared = [(a, a.name, self.xp.dtype(DTYPES[a.type.dtype])) for a in self.fn.args]
         self._names = [a.name for a in self.fn.args]
+        self._key = next((KEY_INPUT for a in self.fn.args if a.name == KEY_INPUT and
+                          a.type.dtype == "i64" and tuple(a.type.shape) == (2,)), None)
         self._wants = [want for _, _, want in self._declared]
         self._array_types = {self.xp.ndarray}
 

@@ -38,6 +38,10 @@ def ints(high, *shape):
     return lambda: RNG.integers(0, high, shape)
 
 
+def key():
+    return lambda: RNG.integers(0, 2 ** 32, (2,))
+
+
 def flag(*shape):
     return lambda: RNG.standard_normal(shape) > 0
 
@@ -112,6 +116,12 @@ CASES = (
        ("avg_pool2d_grad", [f(1, 2, 3, 3)], {"kernel": 3, "stride": 2, "padding": 1,
                                              "shape": [5, 5]}),
        ("pad", [f(2, 3)], {"widths": [1, 0, 2, 1], "value": 3.0})]
+    + [("uniform", [key()], {"shape": [2, 3], "site": 5}),
+       ("normal", [key()], {"shape": [3], "dtype": "f64", "site": 6}),
+       ("bernoulli", [key()], {"p": 0.4, "shape": [4], "site": 7}),
+       ("rng_fold", [key(), ints(9)], {"site": 8}),
+       ("dropout", [f(4, 3), key()], {"p": 0.5, "site": 9, "training": True}),
+       ("dropout", [f(4, 3), key()], {"p": 0.5, "site": 9})]
 )
 
 
@@ -127,6 +137,8 @@ def declined(op, subset, attrs) -> bool:
         return 1 in subset   # weights per example: the groups, for a static batch size
     if op == "conv_weight_grad":
         return True          # (test_ops_conv runs these with a static batch size)
+    if op in ("uniform", "normal", "bernoulli", "rng_fold", "dropout"):
+        return op == "rng_fold" or (op == "dropout") == (1 in subset)   # a key per example
     return False
 
 

@@ -134,6 +134,26 @@ def test_collectives_in_one_process():
     CHECKED.update({"allreduce_start", "allreduce_wait"})
 
 
+def test_dropout_tangent_is_dropout_of_the_tangent():
+    # the JVP against directional differences (a derivative always trains: the values are
+    # those of training mode); the draws have no derivative and the same bits every run
+    key = np.array([5, 6], dtype=np.int64)
+    x = np.random.default_rng(2).standard_normal((3, 4))
+    checked("dropout", [x, key], {"p": 0.3, "site": 4, "training": True}, roundtrip=True)
+    for op, attrs in [("uniform", {"shape": [3]}), ("normal", {"shape": [2], "dtype": "f64"}),
+                      ("bernoulli", {"p": 0.5, "shape": [2]})]:
+        a = run(op_module(op, [key], {**attrs, "site": 1}), "f", {"a0": key})[0]
+        b = run(op_module(op, [key], {**attrs, "site": 1}), "f", {"a0": key})[0]
+        np.testing.assert_array_equal(a, b)
+        CHECKED.add(op)
+    np.testing.assert_array_equal(
+        run(op_module("rng_fold", [key, np.int64(3)], {"site": 2}), "f",
+            {"a0": key, "a1": np.int64(3)})[0],
+        run(op_module("rng_fold", [key, np.int64(3)], {"site": 2}), "f",
+            {"a0": key, "a1": np.int64(3)})[0])
+    CHECKED.add("rng_fold")
+
+
 def test_every_op_has_a_forward_rule_and_a_test():
     from test_ops_elementwise import COMPARISONS
     covered = (CHECKED | set(elementwise_tables.UNARY) | set(elementwise_tables.BINARY)

@@ -20,8 +20,16 @@ from .derive import reverse
 from .outputs import output_names
 from .program import runner
 from .wrt import Shape, one_or_tuple
+from ..ops.random import KEY_INPUT
 
 HEADER = "// adc-compiled "
+
+
+def _seed(seed) -> int:
+    """A seed checked: an integer in [0, 2**64)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 1 << 64:
+        raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
+    return seed
 
 
 class Compiled:
@@ -55,10 +63,12 @@ class Compiled:
 
     def bind(self, args: tuple, kwargs: dict) -> dict:
         """Positional and keyword arguments -> named inputs, checked like a Python call."""
-        if len(args) > len(self.inputs):
-            raise TypeError(f"{self.fn_name}() takes {len(self.inputs)} inputs, "
+        # the key input of a program that draws is given by name or drawn from the seed
+        positional = [k for k in self.inputs if k != KEY_INPUT]
+        if len(args) > len(positional):
+            raise TypeError(f"{self.fn_name}() takes {len(positional)} inputs, "
                             f"got {len(args)}")
-        named = dict(zip(self.inputs, args))
+        named = dict(zip(positional, args))
         for k, v in kwargs.items():
             if k not in self.inputs:
                 raise TypeError(f"{self.fn_name}() has no input {k!r} "
@@ -66,14 +76,17 @@ class Compiled:
             if k in named:
                 raise TypeError(f"{self.fn_name}() got input {k!r} twice")
             named[k] = v
-        missing = [k for k in self.inputs if k not in named]
+        missing = [k for k in self.inputs if k not in named and k != KEY_INPUT]
         if missing:
             raise TypeError(f"{self.fn_name}() is missing input {missing[0]!r}")
         return named
 
-    def call(self, named: Mapping[str, Any]) -> list:
+    def call(self, named: Mapping[str, Any], seed: int | None = None) -> list:
+        """Run on named inputs; a program that draws random values draws from `seed`
+        (default: the transform's ``seed=``) unless `named` holds its key input."""
         if self._runner is None:
             self._runner = runner(self.module, self.fn_name, self.device)
+        self._runner.seed = _seed(self.spec.get("seed", 0) if seed is None else seed)
         if self.in_axes:   # the batch pass reads each batched input's examples on axis 0
             import numpy as np
             named = {k: np.moveaxis(np.asarray(v), self.in_axes[k], 0)
@@ -85,6 +98,9 @@ class Compiled:
         return finish(self.spec, outs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if "seed" in kwargs and "seed" not in self.inputs:   # this call's seed
+            seed = _seed(kwargs.pop("seed"))
+            return self.reseeded(seed)(*args, **kwargs)
         params = None
         if "params" in kwargs and "params" not in self.inputs:
             params = kwargs.pop("params")
@@ -117,6 +133,14 @@ class Compiled:
             target = self._variants[names]
         named = target.bind((), {**positional, **kwargs, **params})
         return target.finish(target.call(named), named)
+
+    def reseeded(self, seed: int) -> "Compiled":
+        """This callable drawing from `seed` (it shares the compiled module)."""
+        import copy
+        other = copy.copy(self)
+        other.spec = {**self.spec, "seed": seed}
+        other._runner, other._variants = None, {}
+        return other
 
     def save(self, path) -> None:
         """Write the program and what the call needs as one IR file (`load_compiled`)."""

@@ -31,20 +31,31 @@ __all__ = ["function", "grad", "value_and_grad", "vjp", "jvp", "hvp", "Compiled"
 
 def function(program: Source, fn: str | None = None, *, passes: str = DEFAULT_PASSES,
              remat: str | None = None, dtype: str | None = None, device: str = "cpu",
-             dims: Mapping[str, int] | None = None) -> Compiled:
-    """`fn` as a Python callable returning its result (a tuple for several results)."""
+             dims: Mapping[str, int] | None = None, seed: int = 0,
+             training: bool = False) -> Compiled:
+    """`fn` as a Python callable returning its result (a tuple for several results).
+
+    It evaluates, as a model in ``model.eval()``: dropout is the identity and batch
+    normalization reads its running statistics; ``training=True`` asks for training
+    behaviour. Random ops draw from `seed` (a call's ``seed=`` overrides it)."""
     from ..passes.pipeline import run_pipeline
     no_remat(remat, "function")
     module, f = primal(program, fn, dtype)
-    return Compiled(run_pipeline(module, passes), f.name, f.arg_names,
-                    {"kind": "function", "results": len(f.result_types)}, device, dims, dtype)
+    module = run_pipeline(module, passes)
+    if training:
+        from ..passes.train_mode import set_training
+        set_training(module, f.name)
+    return Compiled(module, f.name, f.arg_names,
+                    {"kind": "function", "results": len(f.result_types), "seed": seed},
+                    device, dims, dtype)
 
 
 def value_and_grad(program: Source, fn: str | None = None, wrt: Wrt = None, *,
                    argnums: int | Sequence[int] | None = None, has_aux: bool = False,
                    passes: str = DEFAULT_PASSES, remat: str | None = None,
                    dtype: str | None = None, device: str = "cpu",
-                   dims: Mapping[str, int] | None = None, _what="value_and_grad") -> Compiled:
+                   dims: Mapping[str, int] | None = None, seed: int = 0,
+                   _what="value_and_grad") -> Compiled:
     """A callable returning ``(value, gradients)`` of a function with a scalar float result.
 
     `wrt` is an input name (the gradient is one array) or a sequence of names (a tuple of
@@ -53,29 +64,32 @@ def value_and_grad(program: Source, fn: str | None = None, wrt: Wrt = None, *,
     is differentiated, and the call returns ``((value, aux), gradients)``. `remat` is a
     checkpointing policy (``sqrt``, ``revolve:C``, ``budget:64MiB``...), `dtype` makes
     every float of the program that type (``bf16``: computed in f32, results in bf16).
+    Random ops draw from `seed` (a call's ``seed=`` overrides it).
     """
     module, f = primal(program, fn, dtype)
     require_scalar(f, _what, has_aux)
     shape = wrt_shape(f, wrt, argnums)
     spec = {"kind": _what, "has_aux": has_aux, "explicit": wrt is not None or argnums is not None,
-            "passes": passes, "remat": remat}
+            "passes": passes, "remat": remat, "seed": seed}
     return gradient(module, f.name, shape.names, spec, device, dims, dtype, shape.style)
 
 
 def grad(program: Source, fn: str | None = None, wrt: Wrt = None, *,
          argnums: int | Sequence[int] | None = None, has_aux: bool = False,
          passes: str = DEFAULT_PASSES, remat: str | None = None, dtype: str | None = None,
-         device: str = "cpu", dims: Mapping[str, int] | None = None) -> Compiled:
+         device: str = "cpu", dims: Mapping[str, int] | None = None,
+         seed: int = 0) -> Compiled:
     """A callable returning the gradients (see `value_and_grad`); with ``has_aux=True``,
     ``(gradients, aux)``."""
     return value_and_grad(program, fn, wrt, argnums=argnums, has_aux=has_aux, passes=passes,
-                          remat=remat, dtype=dtype, device=device, dims=dims, _what="grad")
+                          remat=remat, dtype=dtype, device=device, dims=dims, seed=seed,
+                          _what="grad")
 
 
 def vjp(program: Source, fn: str | None = None, wrt: Wrt = None, *,
         argnums: int | Sequence[int] | None = None, passes: str = DEFAULT_PASSES,
         remat: str | None = None, dtype: str | None = None, device: str = "cpu",
-        dims: Mapping[str, int] | None = None) -> Compiled:
+        dims: Mapping[str, int] | None = None, seed: int = 0) -> Compiled:
     """A callable returning ``(value, pullback)``; ``pullback(*cotangents)`` returns the
     vector-Jacobian products for `wrt` (shaped as in `value_and_grad`).
 
@@ -92,9 +106,10 @@ def vjp(program: Source, fn: str | None = None, wrt: Wrt = None, *,
     adjoint = Compiled(reverse(seeded, name, shape.names, passes, (), remat, dims),
                        name + "_grad", f.arg_names + ct_names, {"kind": "raw"}, device,
                        dims, dtype)
-    return Pullback(run_pipeline(module, passes), f.name, f.arg_names,
-                    {"kind": "vjp", "results": len(f.result_types)}, device, dims, dtype,
-                    adjoint=adjoint, ct_names=ct_names, shape=shape)
+    from ..passes.train_mode import set_training
+    return Pullback(set_training(run_pipeline(module, passes), f.name), f.name, f.arg_names,
+                    {"kind": "vjp", "results": len(f.result_types), "seed": seed}, device,
+                    dims, dtype, adjoint=adjoint, ct_names=ct_names, shape=shape)
 
 
 class Pullback(Compiled):
@@ -110,7 +125,8 @@ class Pullback(Compiled):
         def pullback(*cts):
             if len(cts) != n_seeds:
                 raise TypeError(f"pullback takes {n_seeds} cotangent(s), got {len(cts)}")
-            grads = self.adjoint.call({**named, **dict(zip(self.ct_names, cts))})[n_seeds:]
+            grads = self.adjoint.call({**named, **dict(zip(self.ct_names, cts))},
+                                      seed=self.spec.get("seed", 0))[n_seeds:]
             return self.shape.pack(grads)
         return one_or_tuple(outs, self.spec["results"] == 1), pullback
 
@@ -134,7 +150,7 @@ def _second_order(pass_cls, program: Source, fn: str | None, wrt, argnums, passe
 def jvp(program: Source, fn: str | None = None, wrt: Wrt = None, *,
         argnums: int | Sequence[int] | None = None, passes: str = DEFAULT_PASSES,
         remat: str | None = None, dtype: str | None = None, device: str = "cpu",
-        dims: Mapping[str, int] | None = None) -> Compiled:
+        dims: Mapping[str, int] | None = None, seed: int = 0) -> Compiled:
     """A callable returning ``(value, tangent)``: the results and their directional
     derivatives (forward mode, the ``jvp`` pass).
 
@@ -147,13 +163,14 @@ def jvp(program: Source, fn: str | None = None, wrt: Wrt = None, *,
     module, tfn, f, _ = _second_order(JVP, program, fn, wrt, argnums, passes, "_jvp",
                                       dtype)
     return Compiled(module, tfn.name, tfn.arg_names,
-                    {"kind": "jvp", "results": len(f.result_types)}, device, dims, dtype)
+                    {"kind": "jvp", "results": len(f.result_types), "seed": seed}, device,
+                    dims, dtype)
 
 
 def hvp(program: Source, fn: str | None = None, wrt: Wrt = None, *,
         argnums: int | Sequence[int] | None = None, passes: str = DEFAULT_PASSES,
         remat: str | None = None, dtype: str | None = None, device: str = "cpu",
-        dims: Mapping[str, int] | None = None) -> Compiled:
+        dims: Mapping[str, int] | None = None, seed: int = 0) -> Compiled:
     """A callable returning Hessian-vector products of a function with a scalar float
     result (forward-over-reverse, the ``hvp`` pass), shaped like `grad`'s result.
 
@@ -166,4 +183,4 @@ def hvp(program: Source, fn: str | None = None, wrt: Wrt = None, *,
                                           dtype, remat, dims)
     return Compiled(module, hfn.name, hfn.arg_names,
                     {"kind": "hvp", "results": len(f.result_types), "wrt": shape.names,
-                     "style": shape.style}, device, dims, dtype)
+                     "style": shape.style, "seed": seed}, device, dims, dtype)

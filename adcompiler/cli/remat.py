@@ -96,7 +96,7 @@ def remat_curve_main(args, inputs_for=None) -> int:
     """Run ``remat-curve``; `inputs_for(args, fn, binder)` loads or draws the inputs
     (default: --inputs, else seeded random inputs)."""
     from .compile import compile_program
-    from ..files.inputs import DimBinder, check_inputs, load_data, random_inputs
+    from ..files.inputs import DimBinder, random_inputs, read_inputs
     from ..remat.curve import baseline_rows, format_curve, plot_curve, remat_curve
     from ..memory.limit import check_run_fits
     comp = compile_program(args.file, "reverse", args.fn, args.wrt,
@@ -105,7 +105,7 @@ def remat_curve_main(args, inputs_for=None) -> int:
     if inputs_for is not None:
         inputs = inputs_for(args, comp.run_fn, binder)
     elif getattr(args, "inputs", None):
-        inputs = check_inputs(comp.run_fn, load_data(args.inputs), args.inputs, binder)
+        inputs = read_inputs(comp.run_fn, args.inputs, binder, getattr(args, "seed", 0))
     else:
         inputs, _ = random_inputs(comp.run_fn, binder, getattr(args, "seed", 0))
     check_run_fits(comp.module, comp.run_name, binder.env)

@@ -17,7 +17,8 @@ def zeros_like(b: Builder, v: Value) -> Value:
 
 def resolve_wrt(fn: Function, wrt) -> list[str]:
     """`wrt` checked against `fn`'s inputs; default: the ``param`` inputs."""
-    wrt = list(wrt) or [a for a in fn.arg_names if a in fn.params]
+    from ..files.paths import expand_wrt
+    wrt = expand_wrt(fn, list(wrt)) or [a for a in fn.arg_names if a in fn.params]
     if not wrt:
         raise AdcError(f"function '{fn.name}' has no inputs marked 'param'; "
                        f"say which to differentiate with --wrt", fn.loc)
@@ -51,7 +52,10 @@ class ADPass(ModulePass):
     fn: str = ""
 
     def run(self, module: Module) -> Module:
-        return self.derive(module, self.fn or module.main.name)
+        # a derivative is a training program: dropout draws, batch norm uses the batch
+        name = self.fn or module.main.name
+        from .train_mode import set_training
+        return self.derive(set_training(module, name), name)
 
     def derive(self, module: Module, fn_name: str) -> Module:
         raise NotImplementedError
