@@ -90,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="adc", description="Compile TDSL programs to derivative programs and run them.",
         epilog=EPILOG)
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks")
+    from .. import __version__
+    parser.add_argument("--version", action="version", version=f"adc {__version__}",
+                        help="print adc's version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     c = sub.add_parser("compile", help="compile a program and emit IR, Python or DOT",
