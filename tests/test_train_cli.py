@@ -401,3 +401,19 @@ def test_init_of_the_wrong_shape(tmp_path, capsys, mlp_data):
              b2=np.zeros(3, "f4"))
     code, _, err = adc(capsys, "train", MLP, "--data", mlp_data, "--init", init)
     assert code == 1 and "input 'W1' is declared f32[4, 8] but has shape (4, 9)" in err
+
+
+def test_a_param_dimension_nothing_binds_is_named_once(tmp_path, capsys):
+    """The message names the dimension, not a whole other message where its name belongs."""
+    prog = tmp_path / "emb.tdsl"
+    prog.write_text("def f(x: i64[B], y: f32[B], param E: f32[V, 16]) -> f32 {\n"
+                    "    return mean(sum(take(E, x, axis=0), axis=1) - y)\n}\n")
+    data = tmp_path / "d.npz"
+    np.savez(data, x=np.arange(4), y=np.ones(4, np.float32))
+    code, _, err = adc(capsys, "train", prog, "--data", data, "--epochs", 1)
+    assert code == 1, err
+    assert err.strip().splitlines()[-1] == (
+        "error: the shape of param 'E' (f32[V, 16]) needs dimension 'V', which no data array "
+        "sets: bind it (--bind V=SIZE, or dims={'V': SIZE}) or give the param's value "
+        "(--init, or params=)")
+    assert adc(capsys, "train", prog, "--data", data, "--epochs", 1, "--bind", "V=5")[0] == 0

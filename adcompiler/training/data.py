@@ -20,7 +20,7 @@ from typing import Mapping
 import numpy as np
 
 from ..files.inputs import DimBinder, _convert, load_data
-from ..diagnostics import AdcError
+from ..diagnostics import AdcError, UnboundDimError
 from ..ir.core import Function
 from ..ir.types import NUMPY_DTYPE, TensorType, resolve_dim
 
@@ -142,9 +142,11 @@ def param_shapes(fn: Function, names: list[str], env: Mapping[str, int]) -> dict
         t = fn.arg(n).type
         try:
             out[n] = tuple(resolve_dim(d, env) for d in t.shape)
-        except KeyError as e:
-            raise AdcError(f"the shape of param '{n}' ({t}) needs dimension {e.args[0]}: "
-                           f"bind it with --bind {e.args[0]}=SIZE or give --init") from None
+        except UnboundDimError as e:
+            raise AdcError(f"the shape of param '{n}' ({t}) needs dimension '{e.dim}', which "
+                           f"no data array sets: bind it (--bind {e.dim}=SIZE, or dims="
+                           f"{{'{e.dim}': SIZE}}) or give the param's value (--init, or "
+                           f"params=)") from None
     return out
 
 
