@@ -86,7 +86,7 @@ def test_forms(text):
     "def f(x: f32) -> f32 { return 1e999 }",
     "def f(x: f32) -> f32 { return x, }",
     "def f(x: f32) -> f32 { a = 1 b = 2 }",
-    "def f(x: f32) -> f32 { return x . y }",
+    "def f(x: f32) -> f32 { return x . 5 }",
     "def f(x: f32) -> f32 { for i in range(1.5) {} }",
     "def f(x: f32)\n-> f32 { return x }",
     "def f(x: f32) -> f32 { return \"a }",

@@ -115,7 +115,17 @@ class Index:
     op_span: Span       # the opening bracket
 
 
-Expr = Union[Number, Name, String, Bool, ListExpr, Neg, Binary, Call, Index]
+@dataclass(eq=False)
+class FieldOf:
+    """``value.name``: a field of a parameter group."""
+
+    value: "Expr"
+    name: str
+    span: Span
+    op_span: Span       # the field's name
+
+
+Expr = Union[Number, Name, String, Bool, ListExpr, Neg, Binary, Call, Index, FieldOf]
 
 
 # ---- statements ----------------------------------------------------------------------
@@ -158,11 +168,13 @@ Stmt = Union[Assign, For, Return]
 
 @dataclass(eq=False)
 class TypeExpr:
-    """``f32``, ``f32[]`` or ``f32[B, 3]``; dims are ints or symbol names."""
+    """``f32``, ``f32[]`` or ``f32[B, 3]``; dims are ints or symbol names. A group type
+    may have `args`, its dims (``Linear(64, 10)``), and a shape, its stack (``Block[L]``)."""
 
     dtype: str
     shape: tuple
     span: Span
+    args: tuple = ()
 
 
 @dataclass(eq=False)
@@ -171,6 +183,8 @@ class Param:
     type: TypeExpr
     is_param: bool
     span: Span
+    is_state: bool = False      # ``state``: read and replaced by a step, not differentiated
+    init: float = 0.0           # a state input's initial value (``state v: f32[C] = 1``)
 
 
 @dataclass(eq=False)
@@ -198,5 +212,26 @@ class RuleDef:
 
 
 @dataclass(eq=False)
+class Field:
+    """``name: TYPE`` in a group; TYPE is a tensor type or a group (``Block[L]``)."""
+
+    name: str
+    type: TypeExpr
+    span: Span
+
+
+@dataclass(eq=False)
+class GroupDef:
+    """``group NAME(DIM, ...) { field: TYPE ... }``: a parameter group, generic in `params`."""
+
+    name: str
+    fields: list[Field]
+    span: Span          # the ``group`` keyword
+    name_span: Span
+    close_span: Span    # the closing brace
+    params: list[Target] = field(default_factory=list)
+
+
+@dataclass(eq=False)
 class Module:
-    defs: list[FuncDef | RuleDef] = field(default_factory=list)
+    defs: list[FuncDef | RuleDef | GroupDef] = field(default_factory=list)

@@ -36,6 +36,11 @@ class _Block:
         self.close = close
 
 
+class _TypeArgs:
+    def __init__(self, dims):
+        self.dims = dims
+
+
 class _Args:
     def __init__(self, args, kwargs):
         self.args = args
@@ -96,7 +101,8 @@ def split_args(args) -> tuple[list, list]:
 class AstBuilder(Transformer):
     # ---- definitions -----------------------------------------------------------------
     def start(self, c):
-        return ast.Module([x for x in c if isinstance(x, (ast.FuncDef, ast.RuleDef))])
+        return ast.Module([x for x in c if isinstance(x, (ast.FuncDef, ast.RuleDef,
+                                                          ast.GroupDef))])
 
     def funcdef(self, c):
         kw, name = c[0], c[1]
@@ -112,17 +118,31 @@ class AstBuilder(Transformer):
 
     def param(self, c):
         is_param = isinstance(c[0], Token) and c[0].type == "PARAM"
-        name = c[1] if is_param else c[0]
-        return ast.Param(name.value, c[-1], is_param, span(c[0]).to(span(c[-1])))
+        is_state = isinstance(c[0], Token) and c[0].type == "STATE"
+        name = c[1] if is_param or is_state else c[0]
+        init = 0.0
+        if isinstance(c[-1], Token) and c[-1].type == "NUMBER":   # state v: T = [-]NUMBER
+            init = number_value(c[-1].value, span(c[-1]))
+            if isinstance(c[-2], Token) and c[-2].type == "MINUS":
+                init = -init
+            typ = next(x for x in c if isinstance(x, ast.TypeExpr))
+            return ast.Param(name.value, typ, is_param, span(c[0]).to(span(c[-1])), is_state,
+                             init)
+        return ast.Param(name.value, c[-1], is_param, span(c[0]).to(span(c[-1])), is_state)
 
     def result(self, c):
         return tuple(c)
 
     def type(self, c):
         name = c[0]
-        dims = c[1] if len(c) > 1 else []
-        end = span(dims[-1]) if dims else span(name)
-        return ast.TypeExpr(name.value, tuple(d.value for d in dims), span(name).to(end))
+        args = next((x for x in c[1:] if isinstance(x, _TypeArgs)), None)
+        dims = next((x for x in c[1:] if isinstance(x, list)), [])
+        last = dims[-1] if dims else args.dims[-1] if args else name
+        return ast.TypeExpr(name.value, tuple(d.value for d in dims), span(name).to(span(last)),
+                            tuple(d.value for d in args.dims) if args else ())
+
+    def type_args(self, c):
+        return _TypeArgs(c[0])
 
     def dims(self, c):
         for d in c:
@@ -136,6 +156,15 @@ class AstBuilder(Transformer):
         block = c[-1]
         return ast.RuleDef(kw.value, name.value, params, block.stmts, span(kw), span(name),
                            block.close)
+
+    def groupdef(self, c):
+        kw, name, close = c[0], c[1], c[-1]
+        fields = [x for x in c if isinstance(x, ast.Field)]
+        params = next((x for x in c if isinstance(x, list)), [])
+        return ast.GroupDef(name.value, fields, span(kw), span(name), span(close), params)
+
+    def field(self, c):
+        return ast.Field(c[0].value, c[-1], span(c[0]).to(span(c[-1])))
 
     def names(self, c):
         return [ast.Target(t.value, span(t)) for t in c]
@@ -185,6 +214,10 @@ class AstBuilder(Transformer):
     def index(self, c):
         value, lsqb, subs, rsqb = c
         return ast.Index(value, subs, span(value).to(span(rsqb)), span(lsqb))
+
+    def field_of(self, c):
+        value, _, name = c
+        return ast.FieldOf(value, name.value, span(value).to(span(name)), span(name))
 
     def subscripts(self, c):
         return list(c)

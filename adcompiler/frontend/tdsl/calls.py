@@ -12,6 +12,7 @@ from ...ir.core import Function
 from ...ir.types import is_symbol
 from ...ops import registry
 from . import ast
+from .groups import GroupValue
 from .options import ConstEval
 from .values import Multi, Weak
 
@@ -69,6 +70,10 @@ class CallLowering:
 
     # ---- module functions ------------------------------------------------------------
     def fn_call(self, e: ast.Call, fn: Function):
+        decls = self.group_decls.get(fn.name)
+        if decls is not None:  # a function with group inputs
+            args, subst = self.group_args(e, fn, decls)
+            return self.finish_call(e, fn, args, subst)
         if e.kwargs:
             raise self.error(f"function '{fn.name}' takes no keyword arguments",
                              e.kwargs[0].span)
@@ -83,6 +88,9 @@ class CallLowering:
                               param.name):
                 raise self.error(self.arg_mismatch(fn, param, v, subst, origin), a.span)
             args.append(v)
+        return self.finish_call(e, fn, args, subst)
+
+    def finish_call(self, e: ast.Call, fn: Function, args: list, subst: dict):
         self.calls.append((fn.name, self.loc(e.op_span)))
         if any(k != d for k, d in subst.items()):
             fn = self.specialize(fn.name, subst, self.loc(e.op_span))
@@ -168,7 +176,9 @@ class CallLowering:
 
     # ---- indexing --------------------------------------------------------------------
     def index(self, e: ast.Index):
-        base = self.value(e.value)
+        base = self.operand(e.value)
+        if isinstance(base, GroupValue):
+            return self.group_index(base, e)
         if isinstance(base, Weak):
             raise self.error("a number cannot be indexed", e.op_span)
         idx, dyn = [], []

@@ -30,12 +30,13 @@ class Unsupported(Exception):
 # last one only blanks remain.
 _TOKEN = re.compile(r'[ \t\f]*(?:(\n)|(#[^\n]*)|([A-Za-z_][A-Za-z0-9_]*)|'
                     r'((?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)|("(?:[^"\\\n]|\\[^\n])*")|'
-                    r'(\*\*|->|<=|>=|==|!=|[-+*/@<>=(){}\[\]:,;])|([^ \t\f\n]))')
+                    r'(\*\*|->|<=|>=|==|!=|[-+*/@<>=(){}\[\]:,;.])|([^ \t\f\n]))')
 KEYWORDS = {w: w.upper() for w in ("def", "grad", "tangent", "param", "for", "in", "range",
-                                   "return", "true", "false")}
+                                   "return", "true", "false", "group", "state")}
 _SEPS = ("NL", ";")
 _CMP = frozenset(("<", "<=", ">", ">=", "==", "!="))
 _OPERATORS = _CMP | {"+", "-", "*", "/", "@"}  # the binary operators but ``**`` (a factor's)
+_POSTFIX = frozenset(("(", "[", "."))  # what may follow a name that is not a bare name
 _EXPR_START = frozenset(("NAME", "NUMBER", "STRING", "TRUE", "FALSE", "(", "[", "-"))
 
 
@@ -135,6 +136,8 @@ class _Parser:
                 defs.append(self.funcdef())
             elif k == "GRAD" or k == "TANGENT":
                 defs.append(self.ruledef())
+            elif k == "GROUP":
+                defs.append(self.groupdef())
             elif k == "$END":
                 return ast.Module(defs)
             else:
@@ -161,30 +164,52 @@ class _Parser:
     def param(self) -> ast.Param:
         first = self.i
         is_param = self.kinds[first] == "PARAM"
-        if is_param:
+        is_state = self.kinds[first] == "STATE"
+        if is_param or is_state:
             self.i += 1
         name = self.expect("NAME")
         self.expect(":")
         t = self.type()
-        return ast.Param(self.vals[name], t, is_param, self.span(first).to(t.span))
+        init, end = 0.0, t.span
+        if is_state and self.kinds[self.i] == "=":   # the state's initial value
+            self.i += 1
+            sign = -1 if self.kinds[self.i] == "-" else 1
+            self.i += sign < 0
+            tok = self.expect("NUMBER")
+            init, end = sign * number_value(self.vals[tok], self.span(tok)), self.span(tok)
+        return ast.Param(self.vals[name], t, is_param, self.span(first).to(end), is_state,
+                         init)
 
     def type(self) -> ast.TypeExpr:
         name = self.expect("NAME")
         end = self.span(name)
         dims: list = []
+        args: list = []
+        if self.kinds[self.i] == "(":   # a group's dims
+            self.i += 1
+            idx = self.comma_list(self.dim, ")")
+            self.expect(")")
+            args = self.dim_values(idx)
+            end = self.span(idx[-1])
         if self.kinds[self.i] == "[":
             self.i += 1
             idx = self.comma_list(self.dim, "]", at_least_one=False)
             self.expect("]")
-            for d in idx:
-                text = self.vals[d]
-                if self.kinds[d] == "NUMBER":
-                    dims.append(integer_value(text, self.span(d), dim_message(text)))
-                else:
-                    dims.append(text)
+            dims = self.dim_values(idx)
             if idx:
                 end = self.span(idx[-1])
-        return ast.TypeExpr(self.vals[name], tuple(dims), self.span(name).to(end))
+        return ast.TypeExpr(self.vals[name], tuple(dims), self.span(name).to(end),
+                            tuple(args))
+
+    def dim_values(self, idx: list[int]) -> list:
+        out = []
+        for d in idx:
+            text = self.vals[d]
+            if self.kinds[d] == "NUMBER":
+                out.append(integer_value(text, self.span(d), dim_message(text)))
+            else:
+                out.append(text)
+        return out
 
     def dim(self) -> int:
         i = self.i
@@ -204,6 +229,31 @@ class _Parser:
         body, close = self.block()
         return ast.RuleDef(self.vals[kw], self.vals[name], params, body, self.span(kw),
                            self.span(name), close)
+
+    def groupdef(self) -> ast.GroupDef:
+        kw = self.expect("GROUP")
+        name = self.expect("NAME")
+        params = []
+        if self.kinds[self.i] == "(":
+            self.i += 1
+            params = self.comma_list(self.target, ")")
+            self.expect(")")
+        self.skip(("NL",))
+        self.expect("{")
+        fields, seps = [], ("NL", ";", ",")
+        while True:
+            self.skip(seps)
+            if self.kinds[self.i] == "}":
+                close = self.span(self.i)
+                self.i += 1
+                return ast.GroupDef(self.vals[name], fields, self.span(kw), self.span(name),
+                                    close, params)
+            first = self.expect("NAME")
+            self.expect(":")
+            t = self.type()
+            fields.append(ast.Field(self.vals[first], t, self.span(first).to(t.span)))
+            if self.kinds[self.i] not in seps and self.kinds[self.i] != "}":
+                raise Unsupported
 
     def target(self) -> ast.Target:
         i = self.expect("NAME")
@@ -303,7 +353,7 @@ class _Parser:
             self.i = i + 1
             operand = self.factor()
             return ast.Neg(operand, self.span(i).to(operand.span))
-        if kinds[i] == "NAME" and kinds[i + 1] != "(" and kinds[i + 1] != "[":
+        if kinds[i] == "NAME" and kinds[i + 1] not in _POSTFIX:
             self.i = i + 1  # a bare name, the commonest factor: no postfix or atom call
             left = ast.Name(self.vals[i], self.span(i))
         else:
@@ -326,7 +376,13 @@ class _Parser:
             value = ast.Call(self.vals[i], pos, kws, name.to(self.span(rpar)), name)
         else:
             value = self.atom()
-        while kinds[self.i] == "[":
+        while kinds[self.i] == "[" or kinds[self.i] == ".":
+            if kinds[self.i] == ".":
+                self.i += 1
+                name = self.expect("NAME")
+                where = self.span(name)
+                value = ast.FieldOf(value, self.vals[name], value.span.to(where), where)
+                continue
             lsqb = self.i
             self.i += 1
             subs = self.comma_list(self.subscript, "]")

@@ -13,6 +13,7 @@ from ...ir.core import Op, Value
 from ...ir.types import TensorType, join_dtypes
 from . import ast
 from .calls import CallLowering
+from .groups import GroupLowering, GroupValue
 from .values import Multi, Weak, checked_value, default_dtype, fold, literal_dtype
 
 BINARY_OPS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "**": "pow", "@": "matmul",
@@ -85,6 +86,8 @@ class ExprLowering:
         v = self.expr(e)
         if type(v) is Multi:
             raise self.multi_error(v, e.span)
+        if type(v) is GroupValue:
+            raise self.group_error(v, e.span)
         return v
 
     def number_literal(self, e: ast.Number):
@@ -181,6 +184,7 @@ _LOWER = {
     ast.Neg: ExprLowering.neg,
     ast.Call: CallLowering.call,
     ast.Index: CallLowering.index,
+    ast.FieldOf: GroupLowering.field_of,
     ast.ListExpr: ExprLowering.list_expr,
     ast.String: ExprLowering.string_literal,
     ast.Bool: ExprLowering.bool_literal,

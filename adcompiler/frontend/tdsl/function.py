@@ -14,6 +14,7 @@ from ...ir.core import Block, Function, Value
 from ...ir.types import TensorType
 from . import ast
 from .calls import CallLowering
+from .groups import GroupLowering, GroupValue, input_value
 from .exprs import MAX_DEPTH, ExprLowering
 from .values import Multi, Weak, default_dtype
 
@@ -60,7 +61,7 @@ def assigned_names(stmts) -> list[str]:
     return out
 
 
-class FunctionLowerer(ExprLowering, CallLowering):
+class FunctionLowerer(ExprLowering, CallLowering, GroupLowering):
     """Lowers the body of `fn` (whose arguments already exist) into `fn.body`.
 
     `what` names the function in messages ("function 'f'", "grad rule for 'f'").
@@ -68,12 +69,23 @@ class FunctionLowerer(ExprLowering, CallLowering):
 
     def __init__(self, file: str, functions: dict[str, Function], fn: Function,
                  what: str, spans: list[ast.Span], subst: dict | None = None,
-                 specialize=None):
+                 specialize=None, decls=None, group_decls=None):
         self.file, self.functions, self.fn, self.what = file, functions, fn, what
         self.b = Builder(fn.body, fn.loc)
         self.scope = Scope()
         for arg, span in zip(fn.args, spans):
             self.scope.vars[arg.name] = Binding(arg, span)
+        # `decls`: the inputs as declared, when some are groups (whose leaves are the
+        # inputs named ``p.W``, bound only through the group `p`); `group_decls`: those of
+        # every function with group inputs, for calls
+        self.group_decls = group_decls or {}
+        if decls:
+            args = {a.name: a for a in fn.args}
+            for dc in decls:
+                if dc.ref is not None:
+                    for n in dc.flat_names():
+                        self.scope.vars.pop(n, None)
+                    self.scope.vars[dc.name] = Binding(input_value(dc, args), dc.span)
         # `subst`: the dims of a specialization (callee's symbol -> the caller's dim);
         # `specialize(name, subst, loc)`: the specialized Function of a module function.
         self.subst = dict(subst or {})
@@ -125,7 +137,7 @@ class FunctionLowerer(ExprLowering, CallLowering):
 
     def assign(self, st: ast.Assign) -> None:
         if len(st.targets) == 1:
-            self.bind(st.targets[0], self.value(st.value))
+            self.bind(st.targets[0], self.operand(st.value))
             return
         seen = set()
         for t in st.targets:
@@ -161,6 +173,11 @@ class FunctionLowerer(ExprLowering, CallLowering):
             raise self.error(f"loop index '{var.name}' is already bound", var.span)
         carried = [c for c in assigned_names(st.body) if self.scope.lookup(c) is not None]
         inits = {c: self.scope.lookup(c).value for c in carried}
+        for c, v in inits.items():
+            if isinstance(v, GroupValue):
+                raise self.error(f"'{c}' is a group ({v}) and the loop rebinds it; a group "
+                                 "cannot be loop-carried (index the stack in the body "
+                                 "instead)", self.scope.lookup(c).span)
         if self.trials:
             for c, v in self.trial(st, carried).items():
                 self.scope.vars[c] = Binding(v, self.scope.lookup(c).span)
@@ -206,6 +223,9 @@ class FunctionLowerer(ExprLowering, CallLowering):
 
     def carried_value(self, name: str, t: TensorType) -> Value:
         b = self.scope.vars[name]
+        if isinstance(b.value, GroupValue):
+            raise self.error(f"loop-carried '{name}' is {t} before the loop, but the body "
+                             f"binds a group ({b.value}) to it", b.span)
         v = self.to_type(b.value, t)
         if v.type != t:
             raise self.error(f"loop-carried '{name}' is {t} before the loop but {v.type} after "

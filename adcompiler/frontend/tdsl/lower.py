@@ -17,6 +17,7 @@ from ...ir.core import Block, Function, Module
 from ...ir.types import DTYPES, Dim, TensorType
 from . import ast
 from .function import FunctionLowerer
+from .groups import declare, resolve_groups, stacked_paths
 
 
 def _plural(n: int, word: str) -> str:
@@ -53,6 +54,9 @@ class ModuleLowerer:
             raise self.error("the file defines no function (def NAME(...) -> TYPE {...})",
                              span)
         defs: dict[str, ast.FuncDef] = {}
+        self.groups = resolve_groups(tree.defs, self.error)
+        self.decls: dict[str, list] = {}        # each function's inputs as declared
+        self.group_decls: dict[str, list] = {}  # those of the functions with group inputs
         sigs: dict[str, tuple[list[TensorType], list[TensorType]]] = {}
         for d in tree.defs:
             if isinstance(d, ast.FuncDef):
@@ -61,8 +65,12 @@ class ModuleLowerer:
                                      f"{defs[d.name].span.line}", d.name_span)
                 defs[d.name] = d
                 self.unique(d.params)
-                sigs[d.name] = ([self.type(p.type) for p in d.params],
-                                [self.type(t) for t in d.results])
+                decls = self.decls[d.name] = [declare(p, self.groups, self.type, self.error)
+                                              for p in d.params]
+                if any(dc.ref is not None for dc in decls):
+                    self.group_decls[d.name] = decls
+                sigs[d.name] = ([t for dc in decls for _, t in dc.leaves],
+                                [self.result_type(t) for t in d.results])
         self.defs, self.sigs, self.rules = defs, sigs, {}
         self.specs: dict = {}
         self.spec_stack: list[str] = []
@@ -72,13 +80,17 @@ class ModuleLowerer:
         for d in tree.defs:
             if isinstance(d, ast.FuncDef):
                 ins, outs = sigs[d.name]
-                fn = Function(d.name, Block(ins, [p.name for p in d.params]), outs,
-                              params={p.name for p in d.params if p.is_param},
-                              loc=self.loc(d.span))
+                fn = Function(d.name, Block(ins, self.arg_names(d)), outs,
+                              params=self.param_names(d), loc=self.loc(d.span))
+                stacked = stacked_paths(self.decls[d.name])
+                if stacked:
+                    fn.attrs["stacked"] = stacked
                 functions[d.name] = fn
-                spans = [p.span for p in d.params]
+                spans = self.spans(d)
                 what = f"function '{d.name}'"
                 count = self.count_msg(what, len(outs))
+            elif isinstance(d, ast.GroupDef):
+                continue
             else:
                 fn, spans, what, count = self.rule(d, sigs, module)
                 self.rules[(d.name, d.kind)] = d
@@ -91,7 +103,9 @@ class ModuleLowerer:
 
     def lower_body(self, d, fn: Function, spans, what: str, count, subst: dict) -> None:
         fl = FunctionLowerer(self.file, self.functions, fn, what, spans, subst=subst,
-                             specialize=self.specialize)
+                             specialize=self.specialize,
+                             decls=self.group_decls.get(d.name) if isinstance(
+                                 d, ast.FuncDef) else None, group_decls=self.group_decls)
         fl.lower(d.body, d.close_span, count)
         self.edges.setdefault(fn.name, []).extend(fl.calls)
 
@@ -139,13 +153,13 @@ class ModuleLowerer:
         ins, outs = self.sigs[name]
         sigs = {name: ([sub(t) for t in ins], [sub(t) for t in outs])}
         base = self.functions[name]
-        fn = Function(spec_name, Block(sigs[name][0], [p.name for p in d.params]),
+        fn = Function(spec_name, Block(sigs[name][0], self.arg_names(d)),
                       sigs[name][1], params=set(base.params), loc=base.loc)
         self.specs[key] = fn
         self.module.add(fn)
         self.spec_stack.append(name)
         try:
-            self.lower_body(d, fn, [p.span for p in d.params], f"function '{name}'",
+            self.lower_body(d, fn, self.spans(d), f"function '{name}'",
                             self.count_msg(f"function '{name}'", len(outs)), subst)
             for kind in ("grad", "tangent"):
                 r = self.rules.get((name, kind))
@@ -158,6 +172,24 @@ class ModuleLowerer:
             self.spec_stack.pop()
         return fn
 
+    def arg_names(self, d: ast.FuncDef) -> list[str]:
+        """The IR inputs of `d`: one per tensor input, one per leaf of a group input."""
+        return [n for dc in self.decls[d.name] for n in dc.flat_names()]
+
+    def param_names(self, d: ast.FuncDef) -> set[str]:
+        """The IR inputs marked param: those of ``param`` inputs, every leaf of a group."""
+        return {n for dc in self.decls[d.name] if dc.is_param for n in dc.flat_names()}
+
+    def spans(self, d: ast.FuncDef) -> list[ast.Span]:
+        """The source span of each IR input of `d` (a group's leaves: the group input's)."""
+        return [dc.span for dc in self.decls[d.name] for _ in dc.leaves]
+
+    def result_type(self, t: ast.TypeExpr) -> TensorType:
+        if t.dtype in self.groups:
+            raise self.error(f"a function returns tensors, not a group ({t.dtype}): return "
+                             "the tensors", t.span)
+        return self.type(t)
+
     @staticmethod
     def count_msg(what: str, n: int):
         return lambda got: f"{what} declares {_plural(n, 'result')}, but the return gives {got}"
@@ -167,6 +199,9 @@ class ModuleLowerer:
         (the rule of function `of`, a specialization of `d.name`, when given)."""
         if d.name not in sigs:
             raise self.error(f"{d.kind} rule for unknown function '{d.name}'", d.name_span)
+        if d.name in self.group_decls:
+            raise self.error(f"{d.kind} rule for '{d.name}': a function with group inputs "
+                             "cannot have a custom derivative rule", d.name_span)
         of = of or d.name
         name = f"{of}.{d.kind}"
         if name in module:

@@ -79,10 +79,10 @@ def parse_lark(text: str, filename: str = "<input>") -> ast.Module:
 
 _EXPR_START = {"NAME", "NUMBER", "STRING", "TRUE", "FALSE", "LPAR", "LSQB", "MINUS"}
 _OPERATORS = {"PLUS", "MINUS", "STAR", "SLASH", "AT", "POW", "LT", "LE", "GT", "GE", "EQ",
-              "NE", "LSQB"}
+              "NE", "LSQB", "DOT"}
 _COMPARISONS = {"LT", "LE", "GT", "GE", "EQ", "NE"}
 _KEYWORDS = {"def", "grad", "tangent", "param", "for", "in", "range", "return", "true",
-             "false"}
+             "false", "group"}
 _NAMED = {"NAME": "a name", "NUMBER": "a number", "STRING": "a string",
           "_NL": "a newline", "SEMICOLON": "';'", "$END": "the end of the file"}
 
