@@ -132,7 +132,7 @@ def batch_function(fn: Function, inputs: list[str], axis: int, n, name: str) -> 
     b.ret(results)
     out = Function(name, body, [r.type for r in results], set(fn.params), loc=fn.loc)
     out.attrs = {"batch_of": fn.name, "batched": tuple(inputs), "axis": axis}
-    for key in ("adjoint_of", "wrt", "seed"):   # a batched adjoint keeps what it returns
+    for key in ("adjoint_of", "wrt", "seed", "stacked"):   # what a batched adjoint returns
         if key in fn.attrs:
             out.attrs[key] = fn.attrs[key]
     return out

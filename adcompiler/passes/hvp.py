@@ -36,6 +36,8 @@ def forward_over_reverse(module: Module, fn_name: str, wrt: list[str]) -> Module
     hvp = build_tangent(m, grad_fn, wrt, f"{fn_name}_hvp",
                         outputs=list(range(n, n + len(wrt))))
     hvp.attrs = {"hvp_of": fn_name, "wrt": tuple(wrt)}
+    if "stacked" in grad_fn.attrs:   # the layers of stacked groups, for paths outside
+        hvp.attrs["stacked"] = grad_fn.attrs["stacked"]
     m.add(hvp)
     return DCE(fn=hvp.name).run(m)
 

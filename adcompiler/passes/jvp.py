@@ -164,6 +164,8 @@ def build_tangent(module: Module, fn: Function, wrt: list[str], name: str,
     b.ret(results + [tans.get_or_zeros(results[k]) for k in outputs])
     tfn.result_types = list(fn.result_types) + [fn.result_types[k] for k in outputs]
     tfn.attrs = {"tangent_program_of": fn.name, "wrt": tuple(wrt)}
+    if "stacked" in fn.attrs:   # the layers of stacked groups, for paths outside
+        tfn.attrs["stacked"] = fn.attrs["stacked"]
     return tfn
 
 

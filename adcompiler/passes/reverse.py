@@ -124,6 +124,8 @@ def build_adjoint(module: Module, fn: Function, wrt: list[str], name: str,
     b.ret(results + grads)
     adj.result_types = list(fn.result_types) + [adj.arg(w).type for w in wrt]
     adj.attrs = {"adjoint_of": fn.name, "wrt": tuple(wrt)}
+    if "stacked" in fn.attrs:   # the layers of stacked groups, for paths outside
+        adj.attrs["stacked"] = fn.attrs["stacked"]
     if seed:
         adj.attrs["seed"] = tuple(seed)
     return adj

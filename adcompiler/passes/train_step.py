@@ -212,6 +212,8 @@ def build_step(fn: Function, adjoint: Function, wrt: list[str], opt, clip: float
              "batch": tuple(a.name for a in batch), "accumulate": k,
              "outputs": tuple(outputs), "slot_of": {n: p.name for _, p, n in slots},
              "in_place": {n: 1 + j for j, n in enumerate(wrt + state_names)}}
+    if "stacked" in fn.attrs:   # the layers of stacked groups, for paths outside
+        attrs["stacked"] = fn.attrs["stacked"]
     return Function(name, body, [v.type for v in results], set(wrt), attrs, fn.loc)
 
 
