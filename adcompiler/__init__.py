@@ -1,6 +1,7 @@
 """adcompiler: compiler-style automatic differentiation for TDSL programs.
 
-The public surface, importable from the package (see docs/api.md)::
+The public surface, importable from the package (see docs/api.md; docs/python.md for
+Python functions)::
 
     import adcompiler as adc
     module = adc.compile_file("samples/backprop_tiny.tdsl")
@@ -72,22 +73,25 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "set_blas_threads": ("adc_runtime.threads", "set_blas_threads"),
     "blas_thread_count": ("adc_runtime.threads", "blas_thread_count"),
     # convenience layer
-    "grad": ("adcompiler.api.transforms", "grad"),
-    "jvp": ("adcompiler.api.transforms", "jvp"),
-    "hvp": ("adcompiler.api.transforms", "hvp"),
-    "value_and_grad": ("adcompiler.api.transforms", "value_and_grad"),
-    "vjp": ("adcompiler.api.transforms", "vjp"),
-    "function": ("adcompiler.api.transforms", "function"),
+    "grad": ("adcompiler.api.pyfunc", "grad"),
+    "jvp": ("adcompiler.api.pyfunc", "jvp"),
+    "hvp": ("adcompiler.api.pyfunc", "hvp"),
+    "value_and_grad": ("adcompiler.api.pyfunc", "value_and_grad"),
+    "vjp": ("adcompiler.api.pyfunc", "vjp"),
+    "function": ("adcompiler.api.pyfunc", "function"),
+    "jit": ("adcompiler.api.pyfunc", "jit"),
+    "show": ("adcompiler.api.show", "show"),
+    "ops": ("adcompiler.ops", None),
     "Compiled": ("adcompiler.api.compiled", "Compiled"),
-    "jacfwd": ("adcompiler.api.derivatives", "jacfwd"),
-    "jacrev": ("adcompiler.api.derivatives", "jacrev"),
+    "jacfwd": ("adcompiler.api.pyfunc", "jacfwd"),
+    "jacrev": ("adcompiler.api.pyfunc", "jacrev"),
     "auto_jacobian": ("adcompiler.api.derivatives", "auto_jacobian"),
-    "hessian": ("adcompiler.api.derivatives", "hessian"),
-    "check_grads": ("adcompiler.api.derivatives", "check_grads"),
-    "vmap": ("adcompiler.api.vectorize", "vmap"),
+    "hessian": ("adcompiler.api.pyfunc", "hessian"),
+    "check_grads": ("adcompiler.api.pycheck", "check_grads"),
+    "vmap": ("adcompiler.api.pyfunc", "vmap"),
     "load_compiled": ("adcompiler.api.compiled", "load_compiled"),
     # training
-    "train_step": ("adcompiler.training.step", "train_step"),
+    "train_step": ("adcompiler.training.python_step", "train_step"),
     "train": ("adcompiler.training.loop", "train"),
     "TrainResult": ("adcompiler.training.loop", "TrainResult"),
     "CompiledStep": ("adcompiler.training.step", "CompiledStep"),
@@ -135,12 +139,16 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # static view of the lazy names above, for type checkers and IDEs
     from .api.program import FunctionBuilder, load, parse_ir, parse_tdsl, run, runner, tensor_type
     from adc_runtime.threads import blas_thread_count, blas_threads, set_blas_threads
-    from .api.transforms import Compiled, function, grad, hvp, jvp, value_and_grad, vjp
-    from .api.derivatives import auto_jacobian, check_grads, hessian, jacfwd, jacrev
-    from .api.vectorize import vmap
-    from .api.compiled import load_compiled
+    from .api.compiled import Compiled, load_compiled
+    from .api.pyfunc import (function, grad, hessian, hvp, jacfwd, jacrev, jit, jvp,
+                             value_and_grad, vjp, vmap)
+    from .api.pycheck import check_grads
+    from .api.derivatives import auto_jacobian
+    from .api.show import show
+    from . import ops
     from .training import optim
-    from .training.step import CompiledStep, train_step
+    from .training.step import CompiledStep
+    from .training.python_step import train_step
     from .training.loop import TrainResult, train
     from .passes.train_step import TrainStep
     from .diagnostics import AdcError, Loc, RunError, ShapeError, UnboundDimError

@@ -132,9 +132,10 @@ Function FunctionBuilder FunctionPass HVP Inline JVP Loc Module ModulePass Op Op
 PluginError Remat Reverse RunError ScanInputs ShapeError TensorType TrainResult TrainStep
 UnboundDimError Value VerifyError auto_jacobian blas_thread_count blas_threads check_grads
 compile_file compile_source emit_dot emit_python function get_op get_pass grad hessian hvp
-jacfwd jacrev jvp load load_compiled load_plugins lookup_op optim parse_ir parse_pipeline
-parse_tdsl pass_spec print_function print_module register_op register_pass run run_pipeline
-runner set_blas_threads tensor_type train train_step value_and_grad verify vjp vmap
+jacfwd jacrev jit jvp load load_compiled load_plugins lookup_op ops optim parse_ir
+parse_pipeline parse_tdsl pass_spec print_function print_module register_op register_pass run
+run_pipeline runner set_blas_threads show tensor_type train train_step value_and_grad verify
+vjp vmap
 """.split()
 
 
@@ -147,7 +148,7 @@ def test_every_public_name_is_still_there():
             "for m in pkgutil.walk_packages(adc.__path__, 'adcompiler.'):\n"
             "    importlib.import_module(m.name)\n"
             f"for n in {PUBLIC!r}:\n"
-            "    assert (n == 'optim') == isinstance(getattr(adc, n), types.ModuleType), n\n"
+            "    assert (n in ('optim', 'ops')) == isinstance(getattr(adc, n), types.ModuleType), n\n"
             "for n in ('sgd', 'adam', 'adamw', 'cosine', 'warmup', 'constant'):\n"
             "    getattr(adc.optim, n)\n"
             "print('ok')")
@@ -198,3 +199,14 @@ def test_the_wheel_lists_every_package():
         for init in folder.rglob("__init__.py"):
             actual.add(".".join([pkg, *init.parent.relative_to(folder).parts]))
     assert listed == actual
+
+
+def test_no_op_family_module_is_named_like_an_op():
+    """`adc.ops.NAME` is the op NAME; a submodule of `adcompiler.ops` with that name would
+    replace it once imported."""
+    import pkgutil
+
+    from adcompiler import ops
+    from adcompiler.ops.registry import REGISTRY
+    assert not {m.name for m in pkgutil.iter_modules(ops.__path__)} & set(REGISTRY)
+    assert adcompiler.ops.softmax.__name__ == "softmax"

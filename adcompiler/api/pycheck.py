@@ -37,3 +37,8 @@ def check_grads_aware(tdsl_check_grads):
             return check_grads_python(program, inputs, order, **kwargs)
         return tdsl_check_grads(program, inputs, order, **kwargs)
     return check_grads
+
+
+from .derivatives import check_grads as _check_grads  # noqa: E402
+
+check_grads = check_grads_aware(_check_grads)

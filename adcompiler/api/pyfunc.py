@@ -1,4 +1,6 @@
-"""Transforms of Python functions: compiled on the first call for the arguments' dtypes and
+"""The public transforms (`adc.grad`, `adc.jit`, `adc.vmap`, ...): a `Module`, a path or
+TDSL text goes to the transforms of programs (`transforms`, `derivatives`, `vectorize`); a
+Python function is a transform of Python functions: compiled on the first call for the arguments' dtypes and
 shapes (and the values of their compile-time arguments), then cached per signature, as
 ``jax.jit`` does.
 
@@ -303,3 +305,21 @@ def python_aware(kind: str, tdsl_transform):
                             "(argnums=, has_aux=, ...)")
         return wrap(kind, program, **kwargs)
     return transform
+
+
+# ---- the public transforms: programs and Python functions alike -----------------------
+
+from . import derivatives as _derivatives, transforms as _transforms  # noqa: E402
+from .vectorize import vmap as _vmap  # noqa: E402
+
+function = python_aware("function", _transforms.function)
+jit = function
+value_and_grad = python_aware("value_and_grad", _transforms.value_and_grad)
+grad = python_aware("grad", _transforms.grad)
+vjp = python_aware("vjp", _transforms.vjp)
+jvp = python_aware("jvp", _transforms.jvp)
+hvp = python_aware("hvp", _transforms.hvp)
+jacfwd = python_aware("jacfwd", _derivatives.jacfwd)
+jacrev = python_aware("jacrev", _derivatives.jacrev)
+hessian = python_aware("hessian", _derivatives.hessian)
+vmap = python_aware("vmap", _vmap)

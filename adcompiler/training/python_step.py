@@ -1,6 +1,6 @@
 """`train_step` of a Python loss: ``loss_fn(params, *batch)`` with `params` a pytree (nested
 dicts, lists and tuples of arrays), compiled per signature like the other transforms of
-Python functions (`pyfunc`), then trained by the compiled training step of its IR.
+Python functions (`adcompiler.api.pyfunc`), then trained by the compiled training step of its IR.
 
     step = adc.train_step(loss_fn, adc.optim.adam(1e-3))
     state = step.init(params, x, y)        # or pass state=None to the first call
@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..frontend.python import bind_arguments, compile_specialized, entry_specs, pytree
+from .step import train_step as _train_step
 
 
 class PyTrainStep:
@@ -27,13 +28,12 @@ class PyTrainStep:
         key = tuple(s.key() for s in specs)
         hit = self.cache.get(key)
         if hit is None:
-            import adcompiler as adc
             module, spec = compile_specialized(self.f, specs)
             names = iter(spec.inputs[0])
             trained = [next(names) if lf.runtime else None for lf in specs[0].leaves]
             wrt = [n for n, lf in zip(trained, specs[0].leaves)
                    if n is not None and lf.type.is_float]
-            step = adc.train_step(module, self.optimizer, fn=spec.name, wrt=wrt,
+            step = _train_step(module, self.optimizer, fn=spec.name, wrt=wrt,
                                   **self.options)
             hit = self.cache[key] = (step, spec, specs, wrt)
         step, spec, specs, wrt = hit
@@ -76,3 +76,6 @@ def train_step_aware(tdsl_train_step):
             return PyTrainStep(program, optimizer, **kwargs)
         return tdsl_train_step(program, optimizer, *args, **kwargs)
     return train_step
+
+
+train_step = train_step_aware(_train_step)
