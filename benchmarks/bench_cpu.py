@@ -389,7 +389,7 @@ def _has(module: str) -> bool:
 def table(rows: list[dict]) -> str:
     peers = [p for p in ("torch eager", "jax.jit") if any(p in r for r in rows)]
     interp = any("adc interpreter" in r for r in rows)
-    head = ["workload", "step", "threads", "load", "adc ms"]
+    head = ["workload", "step", "threads", "adc ms"]
     if interp:
         head += ["interpreter ms"]
     for p in peers:
@@ -397,10 +397,10 @@ def table(rows: list[dict]) -> str:
     fwd = any("adc fwd" in r for r in rows)
     if fwd:
         head += ["adc grad/fwd"] + [f"{p} grad/fwd" for p in peers] + ["FLOPs grad/fwd"]
+    head.append("load")
     out = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for r in rows:
-        cells = [r["model"], r["step"], str(r["threads"]), f"{r.get('load', 0):.1f}",
-                 f"{r['adc']:.3f}"]
+        cells = [r["model"], r["step"], str(r["threads"]), f"{r['adc']:.3f}"]
         if interp:
             cells.append(f"{r['adc interpreter']:.3f}" if "adc interpreter" in r else "-")
         for p in peers:
@@ -412,6 +412,7 @@ def table(rows: list[dict]) -> str:
             cells += [f"{r[k] / r[k + ' fwd']:.2f}" if k + " fwd" in r else "-"
                       for k in ("adc", *peers)]
             cells.append(f"{r['flops']:.2f}" if "flops" in r else "-")
+        cells.append(f"{r.get('load', 0):.1f}")
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
 

@@ -97,9 +97,14 @@ def test_cpu_gradient_bench_smoke(tmp_path, capsys, monkeypatch):
     assert bench.main(["--threads", "1", "--models", "tiny_mlp", "--steps", "1",
                        "--repeats", "1", "--warmup", "1", "--interpreter",
                        "--out", str(out)]) == 0
+    main, split = out.read_text().split("The steps split")   # the times, then BLAS and the rest
     rows = [[cell.strip() for cell in line.strip().strip("|").split("|")]
-            for line in out.read_text().splitlines() if line.startswith("| tiny_mlp")]
+            for line in main.splitlines() if line.startswith("| tiny_mlp")]
     assert [r[1:3] for r in rows] == [["grad", "1"], ["train", "1"]]
+    parts = [[cell.strip() for cell in line.strip().strip("|").split("|")]
+             for line in split.splitlines() if line.startswith("| tiny_mlp")]
+    assert [r[1:3] for r in parts] == [["grad", "1"], ["train", "1"]]
+    assert all(float(r[4]) > 0 for r in parts)   # adc's matrix products took some time
     assert all(float(r[3]) > 0 for r in rows)
     assert rows[1][4] == "-"                     # the interpreter times gradient steps only
     if importlib.util.find_spec("torch") is not None:
