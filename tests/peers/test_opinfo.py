@@ -1,0 +1,139 @@
+"""adc against PyTorch's own op tests: the float64 autograd samples of the OpInfo database
+(``torch.testing._internal.common_methods_invocations.op_db``), each run as a one-op TDSL
+program and compared in value, gradient, tangent and Hessian-vector product
+(``opinfo_check``; the map of ops is ``opinfo_map``).
+
+By default each mapped OpInfo runs a few samples (two that adc runs, one it refuses); the
+whole set runs with ``-m slow`` (one test printing the table) or with ``ADC_OPINFO=all``
+(every sample of every op, op by op). ``python tests/peers/opinfo_table.py`` prints the
+table without pytest.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("expecttest")  # PyTorch's op_db imports it
+
+from opinfo_call import Call  # noqa: E402
+from opinfo_map import INTERNAL, MAP, UNMAPPED  # noqa: E402
+from opinfo_table import STATUSES, mapped_ops, run_op, table  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:`torch.jit.script` is deprecated:DeprecationWarning")  # inside torch.func.jvp
+FULL = os.environ.get("ADC_OPINFO") == "all"
+# the share of all samples that pass (docs/peers.md); a drop is a regression
+PASS_FLOOR = 0.35
+
+
+@pytest.fixture(scope="module")
+def ops():
+    torch.set_num_threads(1)
+    return {name: (info, entry) for name, info, entry in mapped_ops()}
+
+
+def few(entry, per_kind=(2, 1)):
+    """Indices of the first samples adc should run and the first it should refuse."""
+    def pick(samples):
+        run, refused = [], []
+        for i, s in enumerate(samples):
+            c = Call()
+            try:
+                entry.translate(c, s)
+            except Exception:  # the check reports it
+                return [i]
+            (refused if c.refusals else run).append(i)
+            if len(run) >= per_kind[0] and len(refused) >= per_kind[1]:
+                break
+        return run[:per_kind[0]] + refused[:per_kind[1]]
+    return pick
+
+
+@pytest.mark.parametrize("name", list(MAP))
+def test_opinfo_samples(ops, name):
+    info, entry = ops[name]
+    counts, notes = run_op(name, info, entry, pick=None if FULL else few(entry))
+    fails = [f"[{i}] {out.detail}\n{out.program}" for i, out in notes if out.status == "fail"]
+    assert not fails, f"{name}: " + "\n".join(fails)
+    assert counts["pass"] + counts["refused"] + counts["convention"] > 0
+
+
+@pytest.mark.slow
+def test_opinfo_table(ops, capsys):
+    """Every sample of every mapped op: no failure, and the share that passes holds."""
+    rows, fails = [], []
+    for name, (info, entry) in ops.items():
+        counts, notes = run_op(name, info, entry)
+        rows.append((name, entry, counts))
+        fails += [f"{name}[{i}]: {out.detail}" for i, out in notes if out.status == "fail"]
+    text = table(rows)
+    with capsys.disabled():
+        print("\n" + text)
+    assert not fails, "\n".join(fails)
+    total = sum(sum(c[s] for s in STATUSES) for _, _, c in rows)
+    assert sum(c["pass"] for _, _, c in rows) >= PASS_FLOOR * total
+
+
+def test_every_op_is_mapped_or_says_why():
+    """A new TDSL op gets an OpInfo entry here, or a line saying why there is none."""
+    from adcompiler.ops import registry
+    mapped = {e.adc for e in MAP.values()}
+    public = set(registry.REGISTRY) - INTERNAL
+    missing = sorted(public - mapped - set(UNMAPPED))
+    assert not missing, f"map these ops to an OpInfo in opinfo_map.py, or list them in " \
+                        f"UNMAPPED: {missing}"
+    assert not mapped & set(UNMAPPED)
+
+
+# ---- the harness itself: it must see a wrong answer, and tell a kink from a bug ------------
+
+def _sample(x, *args, **kwargs):
+    from torch.testing._internal.opinfo.core import SampleInput
+    return SampleInput(x.requires_grad_(), args=args, kwargs=kwargs)
+
+
+def test_a_wrong_op_fails(ops):
+    from opinfo_check import check
+    from opinfo_map import Entry
+    from opinfo_tensor import unary
+    info, _ = ops["exp"]
+    s = _sample(torch.linspace(-1, 1, 5, dtype=torch.float64))
+    assert check(info, Entry("sin", unary("sin")), s, 0).status == "fail"
+    assert check(info, MAP["exp"], s, 0).status == "pass"
+
+
+def test_a_wrong_derivative_fails(ops):
+    """exp(x) and exp(stop_gradient(x)) agree in value only."""
+    from opinfo_check import check
+    from opinfo_map import Entry
+    info, _ = ops["exp"]
+    s = _sample(torch.linspace(-1, 1, 5, dtype=torch.float64))
+    out = check(info, Entry("exp", lambda c, s: f"exp(stop_gradient({c.t(s.input)}))"), s, 0)
+    assert out.status == "fail" and out.detail.startswith("grad x0")
+
+
+def test_an_accepted_refusal_fails(ops):
+    from opinfo_check import check
+    from opinfo_map import Entry
+
+    def claims_refusal(c, s):
+        c.refuse("nothing adc lacks")
+        return f"exp({c.t(s.input)})"
+    info, _ = ops["exp"]
+    s = _sample(torch.ones(3, dtype=torch.float64))
+    out = check(info, Entry("exp", claims_refusal), s, 0)
+    assert out.status == "fail" and "accepted" in out.detail
+
+
+def test_ties_of_max_with_dim_are_a_convention_and_of_amax_a_pass(ops):
+    """max(x, dim) sends a tied slice's gradient to one index, adc splits it (tdsl.md
+    section 5): the sample counts as a convention, not a pass; amax splits as adc does."""
+    from opinfo_check import check
+    x = torch.tensor([[1.0, 3.0, 3.0], [0.5, 2.0, 1.0]], dtype=torch.float64)
+    info, entry = ops["max.reduction_with_dim"]
+    assert check(info, entry, _sample(x.clone(), 1), 0).status == "convention"
+    assert check(info, entry, _sample(x[1:].clone(), 1), 0).status == "pass"
+    info, entry = ops["amax"]
+    assert check(info, entry, _sample(x.clone(), dim=1), 0).status == "pass"
