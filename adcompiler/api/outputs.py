@@ -6,8 +6,11 @@ from __future__ import annotations
 from ..ir.core import Function, Module
 
 
-def result_keys(n: int) -> list[str]:
-    return ["out"] if n == 1 else [f"out{k}" for k in range(n)]
+def result_keys(n: int, state=()) -> list[str]:
+    """``out`` or ``out0, out1, ...`` for the declared results, then ``state_<input>`` for
+    the new value of each state input (tdsl.md section 9)."""
+    k = n - len(state)
+    return (["out"] if k == 1 else [f"out{j}" for j in range(k)]) + [f"state_{s}" for s in state]
 
 
 def derived_from(fn: Function) -> str | None:
@@ -23,14 +26,16 @@ def output_names(module: Module, fn: Function) -> list[str]:
     attrs, n = fn.attrs, len(fn.result_types)
     wrt = list(attrs.get("wrt", ()))
     kind = derived_from(fn)
+    source = module[attrs[kind]] if kind and attrs[kind] in module else fn
+    state = source.attrs.get("state", ())
     if kind == "batch_of" and attrs["batch_of"] in module:
         return output_names(module, module[attrs["batch_of"]])
     if kind == "adjoint_of":
-        return result_keys(n - len(wrt)) + [f"grad_{w}" for w in wrt]
+        return result_keys(n - len(wrt), state) + [f"grad_{w}" for w in wrt]
     if kind == "hvp_of":
-        return result_keys(n - 2 * len(wrt)) + [f"grad_{w}" for w in wrt] + \
+        return result_keys(n - 2 * len(wrt), state) + [f"grad_{w}" for w in wrt] + \
             [f"hvp_{w}" for w in wrt]
     if kind == "tangent_program_of":
-        outs = result_keys(n // 2)
+        outs = result_keys(n // 2, state)
         return outs + ["tangent_" + o for o in outs]
-    return result_keys(n)
+    return result_keys(n, state)

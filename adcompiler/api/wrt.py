@@ -31,7 +31,8 @@ def one_or_tuple(values: list, single: bool):
 
 def default_wrt(fn: Function) -> list[str]:
     """The ``param`` inputs, or every float input when none is marked (as ``adc run``)."""
-    floats = [a.name for a in fn.args if a.type.is_float]
+    state = set(fn.attrs.get("state", ()))
+    floats = [a.name for a in fn.args if a.type.is_float and a.name not in state]
     return [n for n in floats if n in fn.params] or floats
 
 
@@ -73,6 +74,10 @@ def require_scalar(fn: Function, what: str, has_aux: bool = False) -> None:
     if has_aux and len(types) < 2:
         raise AdcError(f"{what}(has_aux=True) needs '{fn.name}' to return (value, aux, ...), "
                        f"but it returns one result ({listing})")
+    if not has_aux and fn.attrs.get("state"):
+        raise AdcError(f"{what}: '{fn.name}' has state inputs "
+                       f"({', '.join(fn.attrs['state'])}): pass has_aux=True, and their new "
+                       f"values come back as the aux results")
     if not has_aux and len(types) != 1:
         raise AdcError(f"{what} needs one scalar float result, but '{fn.name}' returns "
                        f"{len(types)} ({listing}); pass has_aux=True to differentiate the "

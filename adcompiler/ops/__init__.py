@@ -7,6 +7,7 @@ from . import registry  # noqa: F401
 from . import control, create, elementwise, reduce, linalg, shape  # noqa: F401
 from . import nn, gather, collective, along_axis, sdpa, norm  # noqa: F401
 from . import conv, pool, padding  # noqa: F401
+from . import random, state  # noqa: F401
 from .registry import REGISTRY, get  # noqa: F401
 
 

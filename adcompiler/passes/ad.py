@@ -29,6 +29,9 @@ def resolve_wrt(fn: Function, wrt) -> list[str]:
 def check_wrt(fn: Function, wrt) -> None:
     """An error unless every name in `wrt` is a float input of `fn`."""
     for w in wrt:
+        if w in fn.attrs.get("state", ()):
+            raise AdcError(f"cannot differentiate with respect to '{w}': it is a state input "
+                           f"(read and replaced by a step, never differentiated)", fn.loc)
         if w not in fn.arg_names:
             raise AdcError(f"'{w}' is not an input of '{fn.name}' "
                            f"(inputs: {', '.join(fn.arg_names)})", fn.loc)

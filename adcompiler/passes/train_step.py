@@ -32,6 +32,9 @@ from ..ir.types import TensorType
 from .clone import clone_op
 from .pipeline import ModulePass, parse_pipeline, register_pass
 from .reverse import Reverse
+from ..ops.random import key_input
+
+STEP_SITE = 0x73746570   # the site of the fold that gives each step its key ("step")
 
 CLEANUP = "inline,canonicalize,cse,dce"
 CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_'s
@@ -78,14 +81,21 @@ class TrainStep(ModulePass):
         if fn_name not in module:
             raise AdcError(f"no function '{fn_name}' (functions: {', '.join(module.functions)})")
         fn = module[fn_name]
-        if len(fn.result_types) != 1 or fn.result_types[0].rank or \
-                not fn.result_types[0].is_float:
+        state = fn.attrs.get("state", ())
+        declared = fn.result_types[:len(fn.result_types) - len(state)]
+        if len(declared) != 1 or declared[0].rank or not declared[0].is_float:
             raise AdcError(f"a training step needs a loss: '{fn_name}' must return one "
-                           f"float scalar, not ({', '.join(map(str, fn.result_types))})", fn.loc)
+                           f"float scalar, not ({', '.join(map(str, declared))})", fn.loc)
+        if state and self.accumulate > 1:
+            raise AdcError(f"accumulate={self.accumulate}: '{fn_name}' has state inputs "
+                           f"({', '.join(state)}), which micro-batches would have to update "
+                           f"one after another; train with accumulate 1", fn.loc)
         from .remat import Remat, parse_bindings
         if self.remat != "none":
             module = _bind_trip_counts(module, fn_name, parse_bindings(self.bind))
-        passes = [Reverse(wrt=self.wrt, fn=fn_name), *parse_pipeline(CLEANUP)]
+        # the state results carry no derivative: the loss alone is seeded
+        passes = [Reverse(wrt=self.wrt, fn=fn_name, seed=(0,) if state else ()),
+                  *parse_pipeline(CLEANUP)]
         if self.remat != "none":
             passes += [Remat(policy=self.remat, fn=f"{fn_name}_grad", bind=self.bind),
                        *parse_pipeline("dce")]
@@ -141,19 +151,29 @@ def build_step(fn: Function, adjoint: Function, wrt: list[str], opt, clip: float
         return n
 
     params = [fn.arg(p) for p in wrt]
-    batch = [a for a in fn.args if a.name not in wrt]
+    model_state = list(fn.attrs.get("state", ()))
+    key = key_input(fn)
+    batch = [a for a in fn.args if a.name not in wrt and a.name not in model_state
+             and a is not key]
     step_name = fresh("step")
     slots = [(s, p, fresh(f"{s}_{p.name}")) for s in opt.slots for p in params]
     inputs = {p.name: p.type for p in params}
     inputs[step_name] = TensorType("i64", ())
     inputs.update({n: p.type for _, p, n in slots})
+    inputs.update({n: fn.arg(n).type for n in model_state})
     for a in batch:
         inputs[a.name] = _stacked(a.type, k) if k > 1 and a.type.rank else a.type
+    if key is not None:   # the seed's key: each step draws from it folded with the step
+        inputs[key.name] = key.type
     body = Block(list(inputs.values()), list(inputs))
     b = Builder(body, fn.loc)
     arg = {a.name: a for a in body.args}
 
-    loss, grads = _loss_and_grads(b, adjoint, arg, wrt, batch, k)
+    if key is not None:
+        arg = {**arg, key.name: b.emit("rng_fold", arg[key.name], arg[step_name],
+                                       site=STEP_SITE)}
+    loss, outs = _loss_and_grads(b, adjoint, arg, wrt, batch, k)
+    new_model_state, grads = outs[:len(model_state)], outs[len(model_state):]
     if loss.name is None and loss.defining_op is not None:
         loss.name = "loss"
     reserved = {f"grad_{p}" for p in wrt}
@@ -200,18 +220,21 @@ def build_step(fn: Function, adjoint: Function, wrt: list[str], opt, clip: float
         for sl, v in new_state.items():
             new_slots[(sl, p)] = v
     new_step = b.emit("add", arg[step_name], b.const(1, "i64"))
-    new_state_values = [new_step] + [new_slots[(sl, p.name)] for sl, p, _ in slots]
-    for v, n in zip(new_params + new_state_values, wrt + [step_name] + [n for *_, n in slots]):
+    new_state_values = [new_step] + [new_slots[(sl, p.name)] for sl, p, _ in slots] + \
+        list(new_model_state)
+    state_names = [step_name] + [n for *_, n in slots] + model_state
+    for v, n in zip(new_params + new_state_values, wrt + state_names):
         if v.defining_op is not None and v.name is None:
             v.name = f"new_{n}"
     results = [loss, *new_params, *new_state_values, total, *norms, s.lr64]
     b.ret(results)
-    state_names = [step_name] + [n for *_, n in slots]
     outputs = ["loss", *wrt, *state_names, "grad_norm", *(f"grad_norm_{p}" for p in wrt), "lr"]
     attrs = {"train_step_of": fn.name, "params": tuple(wrt), "state": tuple(state_names),
              "batch": tuple(a.name for a in batch), "accumulate": k,
              "outputs": tuple(outputs), "slot_of": {n: p.name for _, p, n in slots},
-             "in_place": {n: 1 + j for j, n in enumerate(wrt + state_names)}}
+             "in_place": {n: 1 + j for j, n in enumerate(wrt + state_names)},
+             "model_state": tuple(model_state),
+             "state_init": dict(fn.attrs.get("state_init", {}))}
     if "stacked" in fn.attrs:   # the layers of stacked groups, for paths outside
         attrs["stacked"] = fn.attrs["stacked"]
     return Function(name, body, [v.type for v in results], set(wrt), attrs, fn.loc)
@@ -244,6 +267,9 @@ def _loss_and_grads(b: Builder, adjoint: Function, arg: dict, wrt: list[str],
     mapping = {adjoint.arg(a.name): arg[a.name] for a in adjoint.args}
     mapping.update({adjoint.arg(a.name): s for a, s in zip(scanned, slices)})
     with b.inside(loop):
+        key = key_input(adjoint)
+        if key is not None:   # each micro-batch draws from a key of its own
+            mapping[key] = b.emit("rng_fold", arg[key.name], loop.args[0], site=STEP_SITE)
         outs = _splice(b, adjoint, mapping)
         b.yield_([b.emit("add", acc, v) for acc, v in zip(sums, outs)])
     init = [b.emit("zeros", shape=t.shape, dtype=t.dtype) for t in types]

@@ -25,7 +25,7 @@ class Prepared:
     def step(self, optimizer, names: list[str], *, clip=None, accumulate: int = 1,
              remat: str | None = None, device: str = "cpu", precision: str | None = None,
              detect_anomaly: bool = False, dims: Mapping[str, int] | None = None,
-             comm=None, bucket_mb: float = 25.0):
+             comm=None, bucket_mb: float = 25.0, seed: int = 0):
         """The training step: ``init(params)`` and ``(params, state, batch) -> (params,
         state, metrics)``; with `precision`, it has a `scaler` (`loss_scale.LossScaler`);
         with a communicator `comm`, it averages the loss and gradients over its processes
@@ -42,9 +42,10 @@ class Prepared:
         from .step import train_step
         step = train_step(self.module, optimizer, clip=clip, accumulate=accumulate,
                           fn=self.fn.name, wrt=names, remat=remat, device=device, dims=dims,
-                          comm=comm, bucket_mb=bucket_mb)
+                          comm=comm, bucket_mb=bucket_mb, seed=seed)
         if detect_anomaly:
             step._runner = anomaly_runner(step.module, step.fn_name, device, donate=True)
+            step._runner.seed = seed
         return step
 
     def forward(self, name: str, device: str = "cpu", detect_anomaly: bool = False,
@@ -56,7 +57,8 @@ class Prepared:
                            f"{', '.join(self.module.functions)})")
         f = self.module[name]
         missing = [a.name for a in f.args if a.name not in self.fn.arg_names]
-        if missing or len(f.result_types) != 1 or f.result_types[0].shape != ():
+        declared = f.result_types[:len(f.result_types) - len(f.attrs.get("state", ()))]
+        if missing or len(declared) != 1 or declared[0].shape != ():
             raise AdcError(f"'{name}' cannot be evaluated as a metric of '{self.fn.name}': "
                            "it must take inputs of the loss (by name) and return one "
                            "scalar", f.loc)
@@ -68,7 +70,7 @@ class Prepared:
             runner(module, name, device)
         dims = dict(dims or {})
 
-        def evaluate(named):
+        def evaluate(named):   # evaluation mode: dropout off, running statistics read
             outs, _ = run(named, dims)
             return outs[0]
         return evaluate

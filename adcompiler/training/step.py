@@ -44,7 +44,7 @@ def train_step(program: Source, optimizer: Optimizer | str, clip: float | None =
                remat: str | None = None, device: str = "cpu", *,
                passes: str = DEFAULT_PASSES, dims: Mapping[str, int] | None = None,
                comm=None, bucket_mb: float = 25.0, overlap: bool = True,
-               fuse: bool | None = None) -> "CompiledStep":
+               fuse: bool | None = None, seed: int = 0) -> "CompiledStep":
     """Compile the training step of the loss `fn` (default: the main function).
 
     `optimizer`: an `adcompiler.training.optim` optimizer or its text (``"adam:lr=1e-3,wd=0.01"``).
@@ -57,6 +57,8 @@ def train_step(program: Source, optimizer: Optimizer | str, clip: float | None =
     `bucket_mb` MiB, overlapped with the backward pass unless `overlap` is false.
     `fuse`: compile the update's elementwise runs into loops from the first call (True),
     never (False), or once the calls have taken `FUSE_AFTER_S` seconds (None; module doc).
+    `seed`: the seed of the program's random ops; step N draws from it folded with N, so
+    every step draws anew and a resumed run draws what an uninterrupted one did.
     """
     from ..passes.pipeline import parse_pipeline, run_pipeline
     from ..passes.scan_inputs import ScanInputs
@@ -78,7 +80,7 @@ def train_step(program: Source, optimizer: Optimizer | str, clip: float | None =
         pipeline.append(AllReduce(fn=f"{f.name}_step", bucket_mb=bucket_mb, overlap=overlap,
                                   bind=bind))
     module = run_pipeline(module, pipeline + parse_pipeline(f"dce{{fn={f.name}_step}}"))
-    return CompiledStep(module, f"{f.name}_step", optimizer, device, dims, comm, fuse)
+    return CompiledStep(module, f"{f.name}_step", optimizer, device, dims, comm, fuse, seed)
 
 
 class CompiledStep:
@@ -90,8 +92,12 @@ class CompiledStep:
     """
 
     def __init__(self, module: Module, fn_name: str, optimizer: Optimizer, device: str = "cpu",
-                 dims: Mapping[str, int] | None = None, comm=None, fuse: bool | None = None):
+                 dims: Mapping[str, int] | None = None, comm=None, fuse: bool | None = None,
+                 seed: int = 0):
         fn = module[fn_name]
+        self.seed = seed
+        # the program's state inputs (running statistics...): threaded with the optimizer's
+        self.model_state = list(fn.attrs.get("model_state", ()))
         self.module, self.fn_name, self.optimizer = module, fn_name, optimizer
         self.device, self.dims = device, dict(dims or {})
         self.comm = comm
@@ -130,16 +136,46 @@ class CompiledStep:
         self._arrange = picker([given.index(n) for n in order]) \
             if sorted(order) == sorted(given) else None
 
-    def init(self, params: Mapping[str, Any]) -> dict:
-        """The initial optimizer state for `params`: the counter ``step`` = 0 and zeros for
-        every slot (torch's lazily created state, made up front)."""
+    def init(self, params: Mapping[str, Any],
+             model_state: Mapping[str, Any] | None = None) -> dict:
+        """The initial state for `params`: the counter ``step`` = 0, zeros for every
+        optimizer slot (torch's lazily created state, made up front), and each state input
+        of the program at its declared initial value unless `model_state` gives it."""
         self._check("params", params, self.params)
-        xp, slot_of = self._xp, self.module[self.fn_name].attrs["slot_of"]
+        attrs = self.module[self.fn_name].attrs
+        xp, slot_of, given = self._xp, attrs["slot_of"], dict(model_state or {})
+        unknown = [k for k in given if k not in self.model_state]
+        if unknown:
+            raise TypeError(f"{self.fn_name}: unknown state {', '.join(map(repr, unknown))} "
+                            f"(the program's state: {', '.join(self.model_state) or 'none'})")
         state = {self.state_names[0]: self._own(xp.zeros((), dtype="int64"))}
         for name in self.state_names[1:]:
-            shape = xp.asarray(params[slot_of[name]]).shape
-            state[name] = self._own(xp.zeros(shape, dtype=_np_dtype(self._types[name].dtype)))
+            dtype = _np_dtype(self._types[name].dtype)
+            if name in given:
+                state[name] = self._own(xp.array(given[name], dtype=dtype, copy=True))
+            elif name in self.model_state:
+                shape = self._state_shape(name, params)
+                state[name] = self._own(xp.full(shape, attrs["state_init"].get(name, 0),
+                                                dtype=dtype))
+            else:
+                shape = xp.asarray(params[slot_of[name]]).shape
+                state[name] = self._own(xp.zeros(shape, dtype=dtype))
         return state
+
+    def _state_shape(self, name: str, params: Mapping[str, Any]) -> tuple:
+        """The shape of state input `name`, its symbolic dims bound by `dims` or by the
+        parameters' shapes."""
+        env = dict(self.dims)
+        for p in self.params:
+            for d, size in zip(self._types[p].shape, numpy.shape(params[p])):
+                if isinstance(d, str):
+                    env.setdefault(d, size)
+        try:
+            return tuple(d if isinstance(d, int) else env[d] for d in self._types[name].shape)
+        except KeyError as e:
+            raise TypeError(f"{self.fn_name}: the shape of state '{name}' "
+                            f"{self._types[name]} needs {e.args[0]}: give dims= or its "
+                            f"initial value (init(params, {{'{name}': ...}}))") from None
 
     def __call__(self, params: Mapping[str, Any], state: Mapping[str, Any],
                  batch: Mapping[str, Any]) -> tuple[dict, dict, dict]:
@@ -161,6 +197,7 @@ class CompiledStep:
         if self._runner is None:
             self._runner = self._made = runner(self.module, self.fn_name, self.device,
                                                donate=True, fuse=self.fuse is True)
+            self._runner.seed = self.seed
         if self._arrange is not None:
             run, inputs = self._runner.run, self._arrange(given)
         else:
@@ -192,6 +229,7 @@ class CompiledStep:
             if self._runner is self._made and fused_runs.enabled():
                 self._runner = runner(self.module, self.fn_name, self.device, donate=True,
                                       fuse=True)
+                self._runner.seed = self.seed
 
     # -- inputs --------------------------------------------------------------------------
     def _check(self, what: str, given: Mapping[str, Any], names: list[str]) -> None:

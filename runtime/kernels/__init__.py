@@ -23,7 +23,7 @@ from .table import (DTYPES, ELEMENTWISE_OUT, KERNELS, OUT_KERNELS, OUT_RULES,  #
 from . import create, elementwise, reduce, linalg, shape, nn, collective  # noqa: F401  (registration)
 from . import along_axis, attention, norm  # noqa: F401  (registration)
 from . import conv, pool  # noqa: F401  (registration)
-from . import random  # noqa: F401  (registration)
+from . import random, state  # noqa: F401  (registration)
 
 # the kernels of the built-in ops; the executor checks what any other kernel (a plugin's)
 # returns against the op's declared result types

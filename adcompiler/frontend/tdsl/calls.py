@@ -12,6 +12,7 @@ from ...ir.core import Function
 from ...ir.types import is_symbol
 from ...ops import registry
 from . import ast
+from ...ops.random import IMPLICIT, key_input
 from .groups import GroupValue
 from .options import ConstEval
 from .values import Multi, Weak
@@ -77,9 +78,11 @@ class CallLowering:
         if e.kwargs:
             raise self.error(f"function '{fn.name}' takes no keyword arguments",
                              e.kwargs[0].span)
-        if len(e.args) != len(fn.args):
-            raise self.error(f"function '{fn.name}' takes {len(fn.args)} "
-                             f"argument{'s' * (len(fn.args) != 1)}, got {len(e.args)}",
+        drawing = key_input(fn) is not None
+        n_args = len(fn.args) - drawing
+        if len(e.args) != n_args:
+            raise self.error(f"function '{fn.name}' takes {n_args} "
+                             f"argument{'s' * (n_args != 1)}, got {len(e.args)}",
                              e.op_span)
         args, subst, origin = [], {}, {}
         for a, param in zip(e.args, fn.args):
@@ -91,12 +94,42 @@ class CallLowering:
         return self.finish_call(e, fn, args, subst)
 
     def finish_call(self, e: ast.Call, fn: Function, args: list, subst: dict):
+        targets = self.state_targets(e, fn)
+        drawing = key_input(fn) is not None
         self.calls.append((fn.name, self.loc(e.op_span)))
         if any(k != d for k, d in subst.items()):
             fn = self.specialize(fn.name, subst, self.loc(e.op_span))
         self.b.loc = self.loc(e.op_span)
+        if drawing:   # the callee draws from a key of this call's own
+            args.append(self.b.emit("rng_fold", self.keys.key(self.b),
+                                    self.b.const(0, "i64"), site=self.keys.site(e.op_span)))
         results = self.b.call(fn, args)
+        if targets:   # the state arguments' names now hold the new state
+            for t, r in zip(targets, results[len(results) - len(targets):]):
+                self.bind(ast.Target(t.id, t.span), r)
+            results = results[:len(results) - len(targets)]
         return results[0] if len(results) == 1 else Multi(results, fn.name, e.span)
+
+    def state_targets(self, e: ast.Call, fn: Function) -> list:
+        """The names passed for the state inputs of `fn`: a call rebinds each to the new
+        value of its state, as a module call updates its buffers."""
+        state = fn.attrs.get("state", ())
+        if not state:
+            return []
+        if len(self.keys.entries) > 1:
+            raise self.error(f"function '{fn.name}' has state inputs and cannot be called in "
+                             f"a loop body", e.op_span)
+        if fn.name in self.group_decls:
+            raise self.error(f"function '{fn.name}' has state inputs and group inputs: call "
+                             f"it with tensors only", e.op_span)
+        targets = []
+        for name in state:
+            a = e.args[fn.arg_names.index(name)]
+            if not isinstance(a, ast.Name):
+                raise self.error(f"the argument of state input '{name}' of '{fn.name}' must "
+                                 f"be a name, which the call binds to the new state", a.span)
+            targets.append(a)
+        return targets
 
     @staticmethod
     def arg_mismatch(fn: Function, param, v, subst, origin) -> str:
@@ -119,6 +152,10 @@ class CallLowering:
             vals, attrs = self.meet([self.value(x) for x in e.args]), {}
         else:
             vals, attrs = self.op_arguments(e, opdef)
+        if "key" in operands:   # a random op: its key and site come from its place
+            self.b.loc = self.loc(e.op_span)
+            vals.insert(operands.index("key"), self.keys.key(self.b))
+            attrs["site"] = self.keys.site(e.op_span)
         op = self.emit(name, vals, attrs, e.op_span, name)
         return op.results[0] if len(op.results) == 1 else Multi(op.results, name, e.span)
 
@@ -147,13 +184,17 @@ class CallLowering:
         for kw in e.kwargs:
             if kw.name in slots:
                 raise self.error(f"argument '{kw.name}' of {name} is given twice", kw.span)
+            if "key" in operands and kw.name in IMPLICIT:
+                raise self.error(f"{name}: '{kw.name}' is not an argument of a program: "
+                                 f"the compiler supplies it", kw.span)
             if kw.name not in operands and opdef.option(kw.name) is None:
                 known = ", ".join(o.name for o in opdef.options) or "none"
                 raise self.error(f"{name} has no option '{kw.name}' (options: {known})",
                                  kw.span)
             is_list = kw.name in variadic and isinstance(kw.value, ast.ListExpr)
             slots[kw.name] = kw.value.items if is_list else kw.value
-        missing = [o for o in operands if o not in slots and o not in variadic]
+        missing = [o for o in operands if o not in slots and o not in variadic
+                   and not (o == "key" and "key" in opdef.operands)]
         if missing:
             given = sum(1 for o in operands if o in slots)
             raise self.error(f"{name} needs {len(operands)} operand"
@@ -161,6 +202,8 @@ class CallLowering:
                              f"got {given}", e.op_span)
         vals = []
         for o in operands:
+            if o == "key":
+                continue
             exprs = slots.get(o, [])
             exprs = exprs if isinstance(exprs, list) else [exprs]
             vals += [self.value(x) for x in exprs]

@@ -16,6 +16,8 @@ from . import ast
 from .calls import CallLowering
 from .groups import GroupLowering, GroupValue, input_value
 from .exprs import MAX_DEPTH, ExprLowering
+from .randomness import Keys
+from .state import declared_results, state_results
 from .values import Multi, Weak, default_dtype
 
 I64 = TensorType("i64", ())
@@ -96,6 +98,8 @@ class FunctionLowerer(ExprLowering, CallLowering, GroupLowering):
         self.loop_locals: dict[str, int] = {}
         self.depth = 0
         self.trials = 0
+        from ...ops.random import key_input
+        self.keys = Keys(fn.name.split(".")[0], key_input(fn))
 
     # ---- statements ------------------------------------------------------------------
     def lower(self, stmts, close: ast.Span, count_msg) -> None:
@@ -122,7 +126,7 @@ class FunctionLowerer(ExprLowering, CallLowering, GroupLowering):
         return ret
 
     def ret(self, st: ast.Return, count_msg) -> None:
-        want = self.fn.result_types
+        want = declared_results(self.fn)
         if len(st.values) != len(want):
             raise self.error(count_msg(len(st.values)), st.span)
         vals = []
@@ -132,6 +136,7 @@ class FunctionLowerer(ExprLowering, CallLowering, GroupLowering):
                 raise self.error(f"return value {k + 1} has type {v.type}, but {self.what} "
                                  f"must return {t}", e.span)
             vals.append(v)
+        vals += state_results(self, st.span)
         self.b.loc = self.loc(st.span)
         self.b.ret(vals)
 
@@ -190,6 +195,7 @@ class FunctionLowerer(ExprLowering, CallLowering, GroupLowering):
         for c, arg in zip(carried, body.args[1:]):
             self.scope.vars[c] = Binding(arg, outer.lookup(c).span)
         self.depth += 3
+        self.keys.push(body.args[0], st.span, body)
         try:
             with self.b.inside(body):
                 self.block(st.body, in_loop=True)
@@ -200,6 +206,7 @@ class FunctionLowerer(ExprLowering, CallLowering, GroupLowering):
         finally:
             self.scope = outer
             self.depth -= 3
+            self.keys.pop()
         for name in inner.vars:
             if name not in carried and name != var.name:
                 self.loop_locals.setdefault(name, st.span.line)
@@ -260,6 +267,7 @@ class FunctionLowerer(ExprLowering, CallLowering, GroupLowering):
         self.scope = Scope(outer)
         self.scope.vars[st.var.name] = Binding(scratch.args[0], st.var.span, is_index=True)
         self.depth += 3
+        self.keys.push(scratch.args[0], st.span, scratch)
         try:
             with self.b.inside(scratch):
                 self.block(st.body, in_loop=True)
@@ -267,3 +275,4 @@ class FunctionLowerer(ExprLowering, CallLowering, GroupLowering):
         finally:
             self.scope = outer
             self.depth -= 3
+            self.keys.pop()

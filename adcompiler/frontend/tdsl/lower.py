@@ -18,6 +18,8 @@ from ...ir.types import DTYPES, Dim, TensorType
 from . import ast
 from .function import FunctionLowerer
 from .groups import declare, resolve_groups, stacked_paths
+from .randomness import KEY, KEY_INPUT, drawing_functions
+from .state import declare_state
 
 
 def _plural(n: int, word: str) -> str:
@@ -54,6 +56,7 @@ class ModuleLowerer:
             raise self.error("the file defines no function (def NAME(...) -> TYPE {...})",
                              span)
         defs: dict[str, ast.FuncDef] = {}
+        self.tree_defs = tree.defs
         self.groups = resolve_groups(tree.defs, self.error)
         self.decls: dict[str, list] = {}        # each function's inputs as declared
         self.group_decls: dict[str, list] = {}  # those of the functions with group inputs
@@ -72,6 +75,7 @@ class ModuleLowerer:
                 sigs[d.name] = ([t for dc in decls for _, t in dc.leaves],
                                 [self.result_type(t) for t in d.results])
         self.defs, self.sigs, self.rules = defs, sigs, {}
+        self.drawing = drawing_functions(defs)
         self.specs: dict = {}
         self.spec_stack: list[str] = []
         self.edges: dict[str, list] = {}
@@ -80,11 +84,12 @@ class ModuleLowerer:
         for d in tree.defs:
             if isinstance(d, ast.FuncDef):
                 ins, outs = sigs[d.name]
-                fn = Function(d.name, Block(ins, self.arg_names(d)), outs,
+                fn = Function(d.name, self.inputs(d, ins), outs,
                               params=self.param_names(d), loc=self.loc(d.span))
                 stacked = stacked_paths(self.decls[d.name])
                 if stacked:
                     fn.attrs["stacked"] = stacked
+                declare_state(d, fn, tree.defs, self.error)
                 functions[d.name] = fn
                 spans = self.spans(d)
                 what = f"function '{d.name}'"
@@ -153,7 +158,7 @@ class ModuleLowerer:
         ins, outs = self.sigs[name]
         sigs = {name: ([sub(t) for t in ins], [sub(t) for t in outs])}
         base = self.functions[name]
-        fn = Function(spec_name, Block(sigs[name][0], self.arg_names(d)),
+        fn = Function(spec_name, self.inputs(d, sigs[name][0]),
                       sigs[name][1], params=set(base.params), loc=base.loc)
         self.specs[key] = fn
         self.module.add(fn)
@@ -189,6 +194,22 @@ class ModuleLowerer:
             raise self.error(f"a function returns tensors, not a group ({t.dtype}): return "
                              "the tensors", t.span)
         return self.type(t)
+
+    def inputs(self, d: ast.FuncDef, types: list[TensorType]) -> Block:
+        """The body block of `d` with its inputs, and the key input if it draws."""
+        names = self.arg_names(d)
+        if d.name not in self.drawing:
+            return Block(types, names)
+        for p in d.params:
+            if p.name == KEY_INPUT:
+                raise self.error(f"'{KEY_INPUT}' is the name of the key input of a function "
+                                 f"that draws random values; rename this input", p.span)
+        for kind in ("grad", "tangent"):
+            if any(isinstance(r, ast.RuleDef) and r.name == d.name and r.kind == kind
+                   for r in self.tree_defs):
+                raise self.error(f"function '{d.name}' draws random values and cannot have "
+                                 f"a {kind} rule", d.name_span)
+        return Block(types + [KEY], names + [KEY_INPUT])
 
     @staticmethod
     def count_msg(what: str, n: int):
