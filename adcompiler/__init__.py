@@ -29,6 +29,10 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "compile_file": ("adcompiler.frontend", "compile_file"),
     "parse_ir": ("adcompiler.api.program", "parse_ir"),
     "load": ("adcompiler.api.program", "load"),
+    # models from other frameworks
+    "from_onnx": ("adcompiler.frontend.onnx", "from_onnx"),
+    "from_torch": ("adcompiler.frontend.torch_export", "from_torch"),
+    "Imported": ("adcompiler.frontend.importer.imported", "Imported"),
     # IR classes and construction
     "Module": ("adcompiler.ir.core", "Module"),
     "Function": ("adcompiler.ir.core", "Function"),
@@ -155,6 +159,9 @@ if TYPE_CHECKING:  # static view of the lazy names above, for type checkers and 
     from .emit.dot import emit_dot
     from .emit.python import emit_python
     from .frontend import compile_file, compile_source
+    from .frontend.importer.imported import Imported
+    from .frontend.onnx import from_onnx
+    from .frontend.torch_export import from_torch
     from .ir.builder import Builder
     from .ir.core import Block, Function, Module, Op, Value
     from .ir.printer import print_function, print_module

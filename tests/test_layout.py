@@ -127,7 +127,7 @@ def test_few_modules_at_the_root():
 
 
 PUBLIC = """
-Activity AdcError Batch Block Builder CSE Canonicalize Compiled CompiledStep DCE Forward
+Activity AdcError Batch Block Builder CSE Imported from_onnx from_torch Canonicalize Compiled CompiledStep DCE Forward
 Function FunctionBuilder FunctionPass HVP Inline JVP Loc Module ModulePass Op OpDef Option
 PluginError Remat Reverse RunError ScanInputs ShapeError TensorType TrainResult TrainStep
 UnboundDimError Value VerifyError auto_jacobian blas_thread_count blas_threads check_grads

@@ -1,0 +1,204 @@
+"""The TDSL writer shared by the model importers.
+
+An importer declares the inputs and parameters it finds and writes one statement per source
+node (`assign`), each with a comment naming that node. Every statement is lowered as soon as
+it is written, by the TDSL front end itself (`FunctionLowerer`), so the importer learns the
+exact type of what it wrote from the same type rules the final compile applies, and a
+statement the language refuses is reported at the node that produced it. `source` prints
+the program: the inputs, then the parameters (each with its source name), the body, and
+optionally a `loss` function over the model.
+
+Parameters carry their source path (`ParamRecord.path`), so grouping them by module path is
+a matter of printing; `group` names that formatting switch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...diagnostics import AdcError
+from ...ir.core import Block, Function, Value
+from ...ir.types import TensorType
+from ..tdsl.function import Binding, FunctionLowerer
+from ..tdsl.parse import parse
+from .names import Names, quote
+
+NP_TO_TDSL = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64",
+              np.dtype(np.float16): "f16", np.dtype(np.int64): "i64",
+              np.dtype(np.int32): "i32", np.dtype(np.bool_): "bool"}
+# integer widths TDSL lacks, held exactly in i64 (constants and parameters only)
+WIDENED = {np.dtype(t): np.dtype(np.int64)
+           for t in (np.int8, np.int16, np.uint8, np.uint16, np.uint32)}
+LOSSES = ("cross_entropy", "mse")
+
+
+@dataclass
+class Val:
+    """A value of the program being written: its identifier and its type."""
+
+    name: str
+    type: TensorType
+
+    @property
+    def dtype(self) -> str:
+        return self.type.dtype
+
+    @property
+    def shape(self) -> tuple:
+        return self.type.shape
+
+    @property
+    def rank(self) -> int:
+        return len(self.type.shape)
+
+
+@dataclass
+class ParamRecord:
+    name: str
+    type: TensorType
+    value: np.ndarray
+    source: str                 # the name in the model
+    path: tuple = ()            # module path of the parameter (grouping)
+    trainable: bool = True      # False: constant data the model reads (no gradient)
+
+
+@dataclass
+class InputRecord:
+    name: str
+    type: TensorType
+    source: str
+
+
+def type_text(t: TensorType) -> str:
+    if not t.shape:
+        return t.dtype
+    return f"{t.dtype}[{', '.join(str(d) for d in t.shape)}]"
+
+
+def tdsl_array(value: np.ndarray) -> np.ndarray:
+    """`value` in a dtype TDSL has (narrow integers widened exactly), or ValueError."""
+    a = np.asarray(value)
+    if a.dtype in WIDENED:
+        return a.astype(WIDENED[a.dtype])
+    if a.dtype not in NP_TO_TDSL:
+        raise ValueError(f"element type {a.dtype} has no TDSL dtype")
+    return a
+
+
+class ProgramWriter:
+    """One imported function, written statement by statement."""
+
+    def __init__(self, file: str, fn: str = "model", *, group: bool = False):
+        self.file, self.group = file, group
+        # np.savez takes `file` and `allow_pickle` as its own arguments: no param may be so named
+        self.names = Names(reserved={fn, "loss", "target", "out", "file", "allow_pickle"})
+        self.fn_name = fn
+        self.inputs: list[InputRecord] = []
+        self.params: list[ParamRecord] = []
+        self.lines: list[str] = []
+        self.results: list[tuple[Val, str]] = []
+        self._fn = Function(fn, Block([], []), [])
+        self._lower = FunctionLowerer(file, {}, self._fn, f"function '{fn}'", [])
+
+    # ---- declarations -------------------------------------------------------------------
+    def _arg(self, name: str, t: TensorType) -> Val:
+        arg = self._fn.body.add_arg(t, name)
+        self._lower.scope.vars[name] = Binding(arg, None)
+        self._lower.symbols |= {d for d in t.shape if isinstance(d, str)}
+        return Val(name, t)
+
+    def add_input(self, source: str, dtype: str, shape: tuple) -> Val:
+        name = self.names.take(source, "x")
+        t = TensorType(dtype, tuple(shape))
+        self.inputs.append(InputRecord(name, t, source))
+        return self._arg(name, t)
+
+    def add_param(self, source: str, value, *, path: tuple = (), trainable: bool = True,
+                  hint: str = "p") -> Val:
+        a = tdsl_array(value)
+        name = self.names.take(source, hint)
+        t = TensorType(NP_TO_TDSL[a.dtype], tuple(int(d) for d in a.shape))
+        self.params.append(ParamRecord(name, t, a, source, path, trainable))
+        return self._arg(name, t)
+
+    # ---- statements ---------------------------------------------------------------------
+    def assign(self, hints: list[str], expr: str, comment: str) -> list[Val]:
+        """Write ``t1, t2 = expr  # comment`` with targets named from `hints`, lower it, and
+        return the targets with their types. An `AdcError` means the language refused the
+        statement; nothing is kept of it then."""
+        targets = [self.names.fresh(h) for h in hints]
+        line = f"{', '.join(targets)} = {expr}"
+        tree = parse(f"def _s() -> f32 {{\n{line}\nreturn 0.0\n}}\n", self.file)
+        stmt = tree.defs[0].body[0]
+        self._lower.assign(stmt)
+        self.lines.append(f"    {line}  # {quote(comment)}" if comment else f"    {line}")
+        return [Val(t, self._lower.scope.vars[t].value.type) for t in targets]
+
+    def value_type(self, name: str) -> TensorType:
+        v = self._lower.scope.vars[name].value
+        if not isinstance(v, Value):
+            raise AdcError(f"'{name}' is a literal, not a tensor")
+        return v.type
+
+    def set_results(self, results: list[tuple[Val, str]]) -> None:
+        """The function's results: (value, the model's name for it)."""
+        self.results = list(results)
+
+    # ---- printing -----------------------------------------------------------------------
+    def _header(self, name: str, extra: list[str], result: str) -> list[str]:
+        out = [f"def {name}("]
+        for r in self.inputs:
+            out.append(f"    {r.name}: {type_text(r.type)},")
+        out += [f"    {e}," for e in extra]
+        for p in self.params:
+            note = "" if p.trainable else ", constant"
+            out.append(f"    param {p.name}: {type_text(p.type)},  # {quote(p.source)}{note}")
+        out.append(f") -> {result} {{")
+        return out
+
+    def result_types(self) -> list[TensorType]:
+        return [v.type for v, _ in self.results]
+
+    def source(self, header: list[str] = (), loss: str | None = None) -> str:
+        types = self.result_types()
+        result = type_text(types[0]) if len(types) == 1 else \
+            "(" + ", ".join(type_text(t) for t in types) + ")"
+        out = [f"# {quote(h)}" for h in header]
+        out += self._header(self.fn_name, [], result)
+        out += self.lines
+        out.append("    return " + ", ".join(v.name for v, _ in self.results) +
+                   "  # " + quote(", ".join(n for _, n in self.results)))
+        out.append("}")
+        if loss is not None:
+            out += [""] + self._loss(loss)
+        return "\n".join(out) + "\n"
+
+    def loss_target(self, kind: str) -> TensorType:
+        """The type of the `target` input of the `kind` loss, or AdcError."""
+        if kind not in LOSSES:
+            raise AdcError(f"unknown loss '{kind}' (expected one of {', '.join(LOSSES)})")
+        types = self.result_types()
+        if len(types) != 1 or not types[0].is_float:
+            raise AdcError(f"--loss {kind} needs a model with one float output; this one "
+                           f"has {len(types)} outputs")
+        t = types[0]
+        if kind == "mse":
+            return t
+        if len(t.shape) < 1:
+            raise AdcError("--loss cross_entropy needs outputs with a class axis (the last)")
+        return TensorType("i64", t.shape[:-1])
+
+    def _loss(self, kind: str) -> list[str]:
+        target = self.loss_target(kind)
+        args = ", ".join([r.name for r in self.inputs] + [p.name for p in self.params])
+        body = "mean(cross_entropy(out, target))" if kind == "cross_entropy" else \
+            "mse(out, target)"
+        out = [f"# the mean {kind.replace('_', ' ')} of the model's output against `target`"]
+        out += self._header("loss", [f"target: {type_text(target)}"],
+                            type_text(TensorType(self.result_types()[0].dtype, ())))
+        out += [f"    out = {self.fn_name}({args})", f"    return {body}", "}"]
+        return out
+
+    def param_values(self) -> dict[str, np.ndarray]:
+        return {p.name: p.value for p in self.params}

@@ -1,0 +1,326 @@
+"""ONNX convolution, pooling, normalization and softmax ops as TDSL."""
+from __future__ import annotations
+
+import math
+
+from ..importer.names import ints, number
+from .table import lowers
+
+
+def _spatial(n, x, name: str, default: int) -> list[int]:
+    k = x.rank - 2
+    v = n.attr(name, None)
+    return [default] * k if v is None else [int(a) for a in v]
+
+
+def _pads(n, x, kernel, strides, dilations) -> tuple[list[int], list[int]]:
+    """(before, after) padding per spatial axis, from `pads` or `auto_pad`."""
+    k = x.rank - 2
+    auto = n.only("auto_pad", ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"), "NOTSET")
+    pads = n.attr("pads", None)
+    if auto == "NOTSET":
+        pads = [0] * (2 * k) if pads is None else [int(p) for p in pads]
+        return pads[:k], pads[k:]
+    if pads is not None and any(pads):
+        n.refuse("pads together with auto_pad are not supported")
+    if auto == "VALID":
+        return [0] * k, [0] * k
+    before, after = [], []
+    for size, kk, s, d in zip(x.shape[2:], kernel, strides, dilations):
+        if not isinstance(size, int):
+            n.refuse(f"auto_pad={auto} on a symbolic spatial size is not supported")
+        out = -(-size // s)
+        total = max((out - 1) * s + (kk - 1) * d + 1 - size, 0)
+        lo = total // 2 if auto == "SAME_UPPER" else total - total // 2
+        before.append(lo)
+        after.append(total - lo)
+    return before, after
+
+
+def _padded(n, x, before, after, value: str = "0.0"):
+    """`x` padded explicitly on its spatial axes (asymmetric padding), or as it is."""
+    if not any(before) and not any(after):
+        return x.name
+    widths = [0, 0, 0, 0] + [v for ab in zip(before, after) for v in ab]
+    return n.temp(f"pad({x.name}, {ints(widths)}, value={value})", "padded").name
+
+
+def _bias(n, expr: str, k: int) -> str:
+    if not n.has(2):
+        return expr
+    b = n.x(2)
+    return f"{expr} + reshape({b.name}, {ints([-1] + [1] * k)})"
+
+
+@lowers("Conv", 1, 11, 22)
+def conv(n):
+    x, w = n.x(0), n.x(1)
+    k = x.rank - 2
+    if k not in (1, 2):
+        n.refuse(f"{k}-d convolution is not supported (supported: 1-d, 2-d)")
+    kernel = n.attr("kernel_shape", None)
+    kernel = list(w.shape[2:]) if kernel is None else [int(a) for a in kernel]
+    if kernel != list(w.shape[2:]):
+        n.refuse(f"kernel_shape {kernel} differs from the weight's {list(w.shape[2:])}")
+    strides, dil = _spatial(n, x, "strides", 1), _spatial(n, x, "dilations", 1)
+    before, after = _pads(n, x, kernel, strides, dil)
+    group = int(n.attr("group", 1))
+    if before == after:
+        src, pad = x.name, before
+    else:
+        src, pad = _padded(n, x, before, after), [0] * k
+    fn = "conv1d" if k == 1 else "conv2d"
+    expr = (f"{fn}({src}, {w.name}, stride={ints(strides)}, padding={ints(pad)}, "
+            f"dilation={ints(dil)}, groups={group})")
+    n.emit(_bias(n, expr, k))
+
+
+@lowers("ConvTranspose", 1, 11, 22)
+def conv_transpose(n):
+    x, w = n.x(0), n.x(1)
+    if x.rank != 4:
+        n.refuse("only 2-d transposed convolution is supported")
+    kernel = n.attr("kernel_shape", None)
+    if kernel is not None and [int(a) for a in kernel] != list(w.shape[2:]):
+        n.refuse("kernel_shape differs from the weight's")
+    strides, dil = _spatial(n, x, "strides", 1), _spatial(n, x, "dilations", 1)
+    n.only("auto_pad", ("NOTSET",), "NOTSET")
+    if n.attr("output_shape", None) is not None:
+        n.refuse("output_shape is not supported (give pads and output_padding)")
+    pads = [int(p) for p in n.attr("pads", [0] * 4)]
+    if pads[:2] != pads[2:]:
+        n.refuse(f"asymmetric pads {pads} are not supported")
+    outpad = _spatial(n, x, "output_padding", 0)
+    group = int(n.attr("group", 1))
+    expr = (f"conv_transpose2d({x.name}, {w.name}, stride={ints(strides)}, "
+            f"padding={ints(pads[:2])}, output_padding={ints(outpad)}, "
+            f"dilation={ints(dil)}, groups={group})")
+    n.emit(_bias(n, expr, 2))
+
+
+def _pool(n, kind: str):
+    x = n.x(0)
+    if x.rank != 4:
+        n.refuse("only 2-d pooling is supported")
+    kernel = [int(a) for a in n.attr("kernel_shape")]
+    strides = _spatial(n, x, "strides", 1)
+    if _spatial(n, x, "dilations", 1) != [1, 1]:
+        n.refuse("dilations other than 1 are not supported")
+    before, after = _pads(n, x, kernel, strides, [1, 1])
+    ceil = n.only("ceil_mode", (0, 1), 0)
+    if ceil:   # exact when rounding up gives the same windows as rounding down
+        for size, kk, s, b, a in zip(x.shape[2:], kernel, strides, before, after):
+            span = size + b + a - kk
+            if not isinstance(size, int) or span % s:
+                n.refuse("ceil_mode=1 is not supported where it adds a window")
+    cip = 1
+    if kind == "max":
+        n.only("storage_order", (0,), 0)
+        n.unavailable(1, "the Indices output of MaxPool")
+    else:
+        cip = n.only("count_include_pad", (0, 1), 0)
+    if kind == "avg" and not cip and (any(before) or any(after)):
+        _avg_excluding_pad(n, x, kernel, strides, before, after)
+        return
+    pad, crop = _symmetric(n, x, kind, kernel, strides, before, after)
+    src = x.name if pad is not None else _padded(n, x, before, after)
+    expr = (f"{kind}_pool2d({src}, {ints(kernel)}, stride={ints(strides)}, "
+            f"padding={ints(pad or [0, 0])})")
+    if crop:
+        expr = f"({expr})[:, :, {crop[0]}, {crop[1]}]"
+    n.emit(expr)
+
+
+def _symmetric(n, x, kind, kernel, strides, before, after):
+    """(padding, crop): a symmetric padding P per axis (at most half the kernel) and the
+    slice of its windows that are those of (before, after): the windows of padding P start
+    at -P + j*s, the wanted ones at -before + i*s, so they are j = i + (P - before)/s, and a
+    kept window reads nothing outside [-before, size + after). ONNX's SAME_UPPER pads
+    [0, 1] is P = 1 less the first window. (None, None) when there is none: average
+    pooling then pads explicitly with zeros, max pooling is refused."""
+    if before == after and all(2 * p <= k for p, k in zip(before, kernel)):
+        return before, None
+    pad, crop = [], []
+    for size, k, s, b, a in zip(x.shape[2:], kernel, strides, before, after):
+        p = max(b, a)
+        if 2 * p > k or (p - b) % s or not isinstance(size, int):
+            if kind == "max":
+                n.refuse(f"pads {before + after} are not supported for MaxPool with kernel "
+                         f"{kernel} and strides {strides}")
+            return None, None
+        first, count = (p - b) // s, (size + b + a - k) // s + 1
+        pad.append(p)
+        crop.append(f"{first}:{first + count}")
+    return pad, crop
+
+
+def _avg_excluding_pad(n, x, kernel, strides, before, after):
+    """Average pooling whose divisor counts only the input's own elements
+    (count_include_pad=0): the zero-padded window sums times K / (elements in the window),
+    a constant of the spatial sizes."""
+    import numpy as np
+    h, w = x.shape[2:]
+    if not (isinstance(h, int) and isinstance(w, int)):
+        n.refuse("count_include_pad=0 with padding needs static spatial sizes")
+    ones = np.pad(np.ones((h, w)), ((before[0], after[0]), (before[1], after[1])))
+    oh = (ones.shape[0] - kernel[0]) // strides[0] + 1
+    ow = (ones.shape[1] - kernel[1]) // strides[1] + 1
+    count = np.array([[ones[i * strides[0]:i * strides[0] + kernel[0],
+                            j * strides[1]:j * strides[1] + kernel[1]].sum()
+                       for j in range(ow)] for i in range(oh)])
+    ratio = (kernel[0] * kernel[1] / count).astype(np.dtype(x.dtype.replace("f", "float")))
+    scale = n.imp.constant(f"{n.name}_divisor", ratio.reshape(1, 1, oh, ow))
+    src = _padded(n, x, before, after)
+    n.emit(f"avg_pool2d({src}, {ints(kernel)}, stride={ints(strides)}) * {scale.name}")
+
+
+@lowers("MaxPool", 8, 10, 11, 12, 22)
+def max_pool(n):
+    _pool(n, "max")
+
+
+@lowers("AveragePool", 7, 10, 11, 19, 22)
+def avg_pool(n):
+    _pool(n, "avg")
+
+
+@lowers("GlobalAveragePool", 1, 22)
+def global_avg_pool(n):
+    x = n.x(0)
+    n.emit(f"mean({x.name}, axis={ints(range(2, x.rank))}, keepdims=true)")
+
+
+@lowers("GlobalMaxPool", 1, 22)
+def global_max_pool(n):
+    x = n.x(0)
+    n.emit(f"max({x.name}, axis={ints(range(2, x.rank))}, keepdims=true)")
+
+
+@lowers("BatchNormalization", 7, 9, 14, 15)
+def batch_norm(n):
+    """Inference form: the running statistics normalize, as in every ONNX inference
+    graph; they are constants of the program (no gradient flows to them)."""
+    x = n.x(0)
+    if n.version >= 14 and n.only("training_mode", (0,), 0):
+        pass
+    if n.version == 7:
+        n.only("spatial", (1,), 1)
+    n.attr("momentum", 0.9)   # only training updates read it
+    if any(n.wants(k) for k in (1, 2, 3, 4)):
+        n.refuse("training-mode outputs (running statistics) are not supported yet")
+    eps = number(float(n.attr("epsilon", 1e-5)), x.dtype)
+    shape = ints([-1] + [1] * (x.rank - 2))
+    s, b = n.x(1), n.x(2)
+    m, v = n.x(3, frozen=True), n.x(4, frozen=True)
+    n.emit(f"({x.name} - reshape({m.name}, {shape})) * reshape({s.name} * rsqrt({v.name} + "
+           f"{eps}), {shape}) + reshape({b.name}, {shape})")
+
+
+@lowers("InstanceNormalization", 6, 22)
+def instance_norm(n):
+    x = n.x(0)
+    eps = number(float(n.attr("epsilon", 1e-5)), x.dtype)
+    axes = ints(range(2, x.rank))
+    shape = ints([-1] + [1] * (x.rank - 2))
+    s, b = n.x(1), n.x(2)
+    mu = f"mean({x.name}, axis={axes}, keepdims=true)"
+    var = f"var({x.name}, axis={axes}, keepdims=true)"
+    n.emit(f"({x.name} - {mu}) * rsqrt({var} + {eps}) * reshape({s.name}, {shape}) + "
+           f"reshape({b.name}, {shape})")
+
+
+@lowers("LayerNormalization", 17)
+def layer_norm(n):
+    x = n.x(0)
+    axis = int(n.attr("axis", -1)) % max(x.rank, 1)
+    eps = number(float(n.attr("epsilon", 1e-5)), x.dtype)
+    n.only("stash_type", (1,), 1) if x.dtype == "f32" else n.attr("stash_type", 1)
+    if n.wants(1) or n.wants(2):
+        n.refuse("the Mean and InvStdDev outputs are not supported")
+    s = n.x(1)
+    b = n.x(2).name if n.has(2) else "0"
+    if axis == x.rank - 1 and s.rank == 1 and (n.has(2) is False or n.x(2).rank == 1):
+        if not n.has(2):
+            b = f"zeros_like({s.name})"
+        n.emit(f"layernorm({x.name}, {s.name}, {b}, axis=-1, eps={eps})")
+        return
+    axes = ints(range(axis, x.rank))
+    mu = f"mean({x.name}, axis={axes}, keepdims=true)"
+    var = f"var({x.name}, axis={axes}, keepdims=true)"
+    n.emit(f"({x.name} - {mu}) * rsqrt({var} + {eps}) * {s.name} + {b}")
+
+
+@lowers("RMSNormalization", 23)
+def rms_norm(n):
+    x = n.x(0)
+    axis = int(n.attr("axis", -1)) % max(x.rank, 1)
+    eps = number(float(n.attr("epsilon", 1e-5)), x.dtype)
+    n.attr("stash_type", 1)
+    s = n.x(1)
+    if axis == x.rank - 1 and s.rank == 1:
+        n.emit(f"rmsnorm({x.name}, {s.name}, axis=-1, eps={eps})")
+        return
+    axes = ints(range(axis, x.rank))
+    n.emit(f"{x.name} * rsqrt(mean(square({x.name}), axis={axes}, keepdims=true) + {eps}) "
+           f"* {s.name}")
+
+
+@lowers("LRN", 1, 13)
+def lrn(n):
+    """Across-channel local response normalization: the window sum of squares as an
+    average pool over the channel axis (zero padded, the divisor is `size`)."""
+    x = n.x(0)
+    if x.rank != 4 or not all(isinstance(d, int) for d in x.shape[1:]):
+        n.refuse("LRN needs an [N, C, H, W] input with static C, H, W")
+    size = int(n.attr("size"))
+    alpha, beta = float(n.attr("alpha", 1e-4)), float(n.attr("beta", 0.75))
+    bias = float(n.attr("bias", 1.0))
+    c, h, w = x.shape[1:]
+    lo, hi = (size - 1) // 2, math.ceil((size - 1) / 2)
+    sq = (f"reshape(square({x.name}), {ints([-1, 1, c, h * w])})")
+    win = n.temp(f"avg_pool2d(pad({sq}, {ints([0, 0, 0, 0, lo, hi, 0, 0])}), "
+                 f"{ints([size, 1])}, stride={ints([1, 1])})", "window_mean")
+    d = x.dtype
+    n.emit(f"{x.name} / ({number(bias, d)} + {number(alpha, d)} * reshape({win.name}, "
+           f"{ints([-1, c, h, w])})) ** {number(beta, d)}")
+
+
+def _softmax(op: str, fn: str):
+    @lowers(op, 1, 11, 13)
+    def lower(n):
+        x = n.x(0)
+        if n.version >= 13:
+            axis = int(n.attr("axis", -1))
+            n.emit(f"{fn}({x.name}, axis={axis})")
+            return
+        axis = int(n.attr("axis", 1)) % max(x.rank, 1)
+        if axis == x.rank - 1:
+            n.emit(f"{fn}({x.name}, axis=-1)")
+            return
+        if not all(isinstance(d, int) for d in x.shape[axis:]):
+            n.refuse("opset < 13 softmax over symbolic trailing axes is not supported")
+        inner = math.prod(x.shape[axis:])
+        flat = f"reshape({x.name}, {ints([-1, inner])})"
+        n.emit(f"reshape({fn}({flat}, axis=-1), {ints(x.shape)})")
+
+
+_softmax("Softmax", "softmax")
+_softmax("LogSoftmax", "log_softmax")
+
+
+@lowers("Dropout", 7, 10, 12, 13, 22)
+def dropout(n):
+    """Inference: the identity (the ratio is ignored); training mode is refused."""
+    x = n.x(0)
+    n.attr("seed", None)
+    if n.version >= 12:
+        if n.has(1):
+            n.const(1)
+        if n.has(2):
+            t = n.const(2)
+            if t is None or bool(t):
+                n.refuse("dropout in training mode is not supported yet")
+    else:
+        n.attr("ratio", 0.5)
+    n.unavailable(1, "the mask output of Dropout")
+    n.emit(x.name)

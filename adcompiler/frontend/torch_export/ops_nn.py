@@ -1,0 +1,151 @@
+"""Core ATen convolution, pooling, normalization and softmax as TDSL."""
+from __future__ import annotations
+
+from ..importer.names import ints, number
+from .table import lowers
+
+
+@lowers("aten._softmax.default", "aten._log_softmax.default")
+def softmax(n):
+    x = n.x(0)
+    dim = n.arg(1)
+    if n.arg(2, False):
+        n.refuse("half_to_float is not supported")
+    fn = "log_softmax" if "log" in n.op else "softmax"
+    n.emit(f"{fn}({x.name}, axis={dim})")
+
+
+@lowers("aten.native_layer_norm.default")
+def layer_norm(n):
+    x = n.x(0)
+    shape = list(n.arg(1))
+    eps = number(n.arg(4), x.dtype)
+    w = n.x(2) if n.has(2) else None
+    b = n.x(3) if n.has(3) else None
+    n._read.update({2, 3})
+    if len(shape) == 1 and w is not None and b is not None:
+        n.emit_multi([f"layernorm({x.name}, {w.name}, {b.name}, axis=-1, eps={eps})",
+                      None, None])
+        return
+    axes = ints(range(x.rank - len(shape), x.rank))
+    expr = (f"({x.name} - mean({x.name}, axis={axes}, keepdims=true)) * "
+            f"rsqrt(var({x.name}, axis={axes}, keepdims=true) + {eps})")
+    if w is not None:
+        expr += f" * {w.name}"
+    if b is not None:
+        expr += f" + {b.name}"
+    n.emit_multi([expr, None, None])
+
+
+@lowers("aten.convolution.default")
+def convolution(n):
+    x, w = n.x(0), n.x(1)
+    stride, pad, dil = n.arg(3), n.arg(4), n.arg(5)
+    transposed, outpad, groups = n.arg(6), n.arg(7), n.arg(8)
+    k = x.rank - 2
+    if transposed:
+        if k != 2:
+            n.refuse("only 2-d transposed convolution is supported")
+        expr = (f"conv_transpose2d({x.name}, {w.name}, stride={ints(stride)}, "
+                f"padding={ints(pad)}, output_padding={ints(outpad)}, "
+                f"dilation={ints(dil)}, groups={groups})")
+    else:
+        if k not in (1, 2):
+            n.refuse(f"{k}-d convolution is not supported")
+        if any(outpad):
+            n.refuse("output_padding on a convolution")
+        expr = (f"conv{k}d({x.name}, {w.name}, stride={ints(stride)}, padding={ints(pad)}, "
+                f"dilation={ints(dil)}, groups={groups})")
+    if n.has(2):
+        expr += f" + reshape({n.x(2).name}, {ints([-1] + [1] * k)})"
+    n._read.add(2)
+    n.emit(expr)
+
+
+@lowers("aten._native_batch_norm_legit_no_training.default")
+def batch_norm_eval(n):
+    """Evaluation mode: the running statistics normalize; they are buffers (constants)."""
+    x = n.x(0)
+    shape = ints([-1] + [1] * (x.rank - 2))
+    w = n.x(1) if n.has(1) else None
+    b = n.x(2) if n.has(2) else None
+    n._read.update({1, 2})
+    m, v = n.x(3, frozen=True), n.x(4, frozen=True)
+    n.arg(5)   # momentum: only training reads it
+    eps = number(n.arg(6), x.dtype)
+    scale = f"rsqrt({v.name} + {eps})" if w is None else f"{w.name} * rsqrt({v.name} + {eps})"
+    expr = f"({x.name} - reshape({m.name}, {shape})) * reshape({scale}, {shape})"
+    if b is not None:
+        expr += f" + reshape({b.name}, {shape})"
+    n.emit_multi([expr, None, None])
+
+
+@lowers("aten._native_batch_norm_legit_functional.default",
+        "aten._native_batch_norm_legit.default", "aten.native_batch_norm.default")
+def batch_norm_train(n):
+    n.refuse("batch norm in training mode updates running statistics, which needs state "
+             "inputs (not supported yet); export the module in eval mode (module.eval())")
+
+
+@lowers("aten.native_dropout.default", "aten.dropout.default")
+def dropout(n):
+    n.refuse("dropout in training mode is not supported yet; export the module in eval "
+             "mode (module.eval())")
+
+
+def _pair(v, default):
+    v = default if v in (None, []) else v
+    return [v, v] if isinstance(v, int) else list(v) * (2 // len(v))
+
+
+@lowers("aten.max_pool2d_with_indices.default", "aten.max_pool2d.default")
+def max_pool(n):
+    x = n.x(0)
+    kernel = _pair(n.arg(1), None)
+    stride = _pair(n.arg(2, [], "stride"), kernel)
+    pad = _pair(n.arg(3, 0, "padding"), 0)
+    if _pair(n.arg(4, 1, "dilation"), 1) != [1, 1]:
+        n.refuse("dilation other than 1 is not supported")
+    _ceil(n, x, kernel, stride, pad, n.arg(5, False, "ceil_mode"))
+    expr = f"max_pool2d({x.name}, {ints(kernel)}, stride={ints(stride)}, padding={ints(pad)})"
+    if n.op.endswith("with_indices.default"):
+        n.emit_multi([expr, None])
+    else:
+        n.emit(expr)
+
+
+def _ceil(n, x, kernel, stride, pad, ceil):
+    if not ceil:
+        return
+    for size, k, s, p in zip(x.shape[2:], kernel, stride, pad):
+        if not isinstance(size, int) or (size + 2 * p - k) % s:
+            n.refuse("ceil_mode=True is not supported where it adds a window")
+
+
+@lowers("aten.avg_pool2d.default")
+def avg_pool(n):
+    x = n.x(0)
+    kernel = _pair(n.arg(1), None)
+    stride = _pair(n.arg(2, [], "stride"), kernel)
+    pad = _pair(n.arg(3, 0, "padding"), 0)
+    _ceil(n, x, kernel, stride, pad, n.arg(4, False, "ceil_mode"))
+    cip = n.arg(5, True, "count_include_pad")
+    if not cip and any(pad):
+        n.refuse("count_include_pad=False with padding is not supported")
+    if n.arg(6, None, "divisor_override") is not None:
+        n.refuse("divisor_override is not supported")
+    n.emit(f"avg_pool2d({x.name}, {ints(kernel)}, stride={ints(stride)}, padding={ints(pad)})")
+
+
+@lowers("aten._adaptive_avg_pool2d.default", "aten.adaptive_avg_pool2d.default")
+def adaptive_avg_pool(n):
+    x = n.x(0)
+    out = _pair(n.arg(1), None)
+    h, w = x.shape[2:]
+    if out == [1, 1]:
+        n.emit(f"mean({x.name}, axis=[2, 3], keepdims=true)")
+    elif isinstance(h, int) and isinstance(w, int) and h % out[0] == 0 and w % out[1] == 0:
+        k = [h // out[0], w // out[1]]
+        n.emit(f"avg_pool2d({x.name}, {ints(k)})")
+    else:
+        n.refuse("adaptive pooling with uneven windows is not supported")
