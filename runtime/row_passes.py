@@ -316,6 +316,45 @@ def layernorm_adjoint_rows(x, ct, gamma, gx, xhat_out, eps, zero, one, keep_xhat
                 xhat_out[i, j] = xh[j]
 
 
+def rmsnorm_adjoint_rows(x, ct, gamma, gx, xhat_out, thr, one, eps, zero, keep_xhat):
+    """rmsnorm's adjoint as its VJP rule writes it (`adcompiler.ops.norm`, eps > 0): ``s =
+    max|x|`` (NaN if a NaN), ``inv = 1 / (s if s > thr else 1)``, ``u = x * inv``, ``k =
+    1 / sqrt(mean(u * u) + eps * (inv * inv))``, ``xhat = u * k``, ``g = ct * gamma``,
+    ``gx = (k * inv) * (g - xhat * mean(g * xhat))``; `xhat` also to `xhat_out` when
+    `keep_xhat`."""
+    rows, n = x.shape
+    t = numpy.empty(n, x.dtype)
+    xh = numpy.empty(n, x.dtype)
+    g = numpy.empty(n, x.dtype)
+    stack, vals = numpy.empty(192, numpy.int64), numpy.empty(64, x.dtype)
+    for i in range(rows):
+        m = zero
+        for j in range(n):   # once a NaN, every comparison is false: it stays
+            a = abs(x[i, j])
+            if a > m or a != a:
+                m = a
+        sv = m if m > thr else one
+        inv = one / sv
+        for j in range(n):
+            u = x[i, j] * inv
+            xh[j] = u
+            t[j] = u * u
+        k = one / numpy.sqrt(_mean(t, n, zero, stack, vals) + eps * (inv * inv))
+        for j in range(n):
+            h = xh[j] * k
+            xh[j] = h
+            gj = ct[i, j] * gamma[j]
+            g[j] = gj
+            t[j] = gj * h
+        a = _mean(t, n, zero, stack, vals)
+        rinv = k * inv
+        for j in range(n):
+            gx[i, j] = rinv * (g[j] - xh[j] * a)
+        if keep_xhat:
+            for j in range(n):
+                xhat_out[i, j] = xh[j]
+
+
 def gelu_tanh_inner(x, out, a, k):
     """``k * (x + a * x * x * x)``, the tanh argument of the tanh GELU (flat arrays)."""
     for i in range(x.shape[0]):
@@ -360,10 +399,10 @@ def grad_norms(grads, out, zero):
     out[p] = numpy.sqrt(zero + _pairwise(out, p, stack, vals, True)) if p else numpy.sqrt(zero)
 
 
-_FUNCTIONS = {f.__name__: f for f in (grad_norms, 
-    shift_rows, normalize_rows, row_sums, softmax_adjoint_rows, layernorm_rows,
-    layernorm_adjoint_rows, gelu_tanh_inner, gelu_tanh_outer, gelu_tanh_grad_inner,
-    gelu_tanh_grad_outer)}
+_FUNCTIONS = {f.__name__: f for f in (
+    grad_norms, shift_rows, normalize_rows, row_sums, softmax_adjoint_rows, layernorm_rows,
+    layernorm_adjoint_rows, rmsnorm_adjoint_rows, gelu_tanh_inner, gelu_tanh_outer,
+    gelu_tanh_grad_inner, gelu_tanh_grad_outer)}
 _HELPERS = (_leaf, _pairwise, _row_sum, _mean, _row_max, _lanes_max)
 
 

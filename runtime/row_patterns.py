@@ -1,12 +1,13 @@
 """The adjoints that run as row passes, found by the shape of their ops.
 
 Each pattern is the op tree its VJP rule emits (`adcompiler.ops.nn` for softmax and
-layernorm, `adcompiler.ops.elementwise` for the tanh GELU), rooted at the adjoint's last
+layernorm, `adcompiler.ops.norm` for rmsnorm with eps > 0, `adcompiler.ops.elementwise` for
+the tanh GELU), rooted at the adjoint's last
 op: a tuple ``(op name, *operands)``, a name for an operand from outside the group (the same
 name, the same value), ``("c", name)`` for a 0-d constant (the same name, the same bits),
 and names in `DEFS` for shared subtrees. ``add`` and ``mul`` match in either operand order
-(IEEE addition and multiplication are commutative, so the bits are the same); ``sum`` and
-``mean`` must reduce the last axis with ``keepdims``. The loops compute the same operations
+(IEEE addition and multiplication are commutative, so the bits are the same); ``sum``,
+``mean`` and ``max`` must reduce the last axis with ``keepdims``. The loops compute the same operations
 on the bound values and constants (`row_passes`).
 """
 from __future__ import annotations
@@ -17,7 +18,7 @@ from . import row_passes
 from .kernels import DTYPES
 
 COMMUTATIVE = ("add", "mul")
-REDUCTIONS = ("sum", "mean")
+REDUCTIONS = ("sum", "mean", "max")
 
 SOFTMAX = ("mul", "y", ("sub", "dy", ("sum", ("mul", "dy", "y"))))
 
@@ -27,6 +28,18 @@ LAYERNORM_DEFS = {
     "rstd": ("rsqrt", ("add", ("mean", ("mul", "xc", "xc")), ("c", "eps"))),
     "xhat": ("mul", "xc", "rstd"),
     "xc": ("sub", "x", ("mean", "x")),
+    "g": ("mul", "ct", "gamma"),
+}
+
+RMSNORM = ("mul", "rinv", ("sub", "g", ("mul", "xhat", ("mean", ("mul", "g", "xhat")))))
+RMSNORM_DEFS = {
+    "rinv": ("mul", "k", "inv"),
+    "xhat": ("mul", "u", "k"),
+    "k": ("rsqrt", ("add", ("mean", ("mul", "u", "u")),
+                    ("mul", ("c", "eps"), ("mul", "inv", "inv")))),
+    "u": ("mul", "x", "inv"),
+    "inv": ("div", ("c", "one"), ("where", ("gt", "s", ("c", "thr")), "s", ("c", "one"))),
+    "s": ("stop_gradient", ("max", ("abs", "x"))),
     "g": ("mul", "ct", "gamma"),
 }
 
@@ -117,6 +130,7 @@ def match_adjoint(op, resolve, consts, read_at, index):
     shape = tuple(resolve(r.type.shape))
     np_dtype = numpy.dtype(DTYPES[dtype])
     for pat, defs, make in ((SOFTMAX, {}, _softmax), (LAYERNORM, LAYERNORM_DEFS, _layernorm),
+                            (RMSNORM, RMSNORM_DEFS, _rmsnorm),
                             (GELU_TANH, GELU_TANH_DEFS, _gelu_tanh)):
         m = _match(pat, r, _Match(defs, consts, resolve))
         if m is None or any(c.dtype != np_dtype for k, c in m.env.items()
@@ -195,6 +209,29 @@ def _layernorm(m, shape, np_dtype, dtype, resolve):
         h = xhat if keep else out   # not written unless kept
         k(x_.reshape(rows, n), ct_.reshape(rows, n), gamma_, out.reshape(rows, n),
           h.reshape(rows, n), eps, zero, one, keep)
+        return (out, xhat) if keep else (out,)
+    return [x, ct, gamma], (m.env["xhat"],), run
+
+
+def _rmsnorm(m, shape, np_dtype, dtype, resolve):
+    x, ct, gamma = m.env["x"], m.env["ct"], m.env["gamma"]
+    rows, n = _rows(shape)
+    if not (_full(x, shape, dtype, resolve) and _full(ct, shape, dtype, resolve)
+            and _full(gamma, (n,), dtype, resolve)) or n == 0:
+        return None
+    k = row_passes.get("rmsnorm_adjoint_rows")
+    thr, one, eps = (m.env["const:" + c][()] for c in ("thr", "one", "eps"))
+    zero, empty = np_dtype.type(0), numpy.empty
+
+    def run(x_, ct_, gamma_, out, xhat):
+        if not (x_.flags.c_contiguous and ct_.flags.c_contiguous and gamma_.flags.c_contiguous) \
+                or any(b is not None and not b.flags.c_contiguous for b in (out, xhat)):
+            return None
+        out = empty(shape, np_dtype) if out is None else out
+        keep = xhat is not None
+        h = xhat if keep else out   # not written unless kept
+        k(x_.reshape(rows, n), ct_.reshape(rows, n), gamma_, out.reshape(rows, n),
+          h.reshape(rows, n), thr, one, eps, zero, keep)
         return (out, xhat) if keep else (out,)
     return [x, ct, gamma], (m.env["xhat"],), run
 

@@ -171,3 +171,42 @@ def test_row_passes_after_the_calls_took_long_enough(monkeypatch):
     second = ex.call(m["f"], [x, g, b, w])
     assert ex._programs[id(m["f"])].source.count(" is not None:") == 4
     assert bits(first[0]) == bits(second[0])
+
+
+RMS = """
+def f(x: f32[B, D], g: f32[D]) -> f32 {
+    return mean(rmsnorm(x, g) * x)
+}
+"""
+
+
+@pytest.mark.filterwarnings("ignore:Mean of empty slice", "ignore:invalid value")
+@pytest.mark.parametrize("shape", [(4, 8), (3, 300), (1, 1), (0, 5), (5, 130)])
+def test_rmsnorm_adjoint(monkeypatch, shape):
+    """rmsnorm's adjoint (eps > 0) as one loop per row: the bits of its ops, rows of every
+    magnitude (where a square would overflow, the VJP rule scales the row) and a NaN."""
+    monkeypatch.setattr(row_fusion, "MIN_ELEMENTS", 0)
+    rng = np.random.default_rng(shape[1])
+    x = (rng.standard_normal(shape) * 10.0 ** rng.uniform(-30, 30, (shape[0], 1)))
+    x = x.astype(np.float32)
+    if x.size > 10:
+        x.reshape(-1)[3] = np.nan
+    g = rng.standard_normal(shape[1]).astype(np.float32)
+    got = {}
+    for flag in ("1", "0"):
+        monkeypatch.setenv("ADC_FUSE", flag)
+        vg = adc.value_and_grad(RMS, "f", wrt=["x", "g"], dims=dict(B=shape[0], D=shape[1]))
+        with np.errstate(all="ignore"):
+            got[flag] = [bits(a) for a in vg(x=x, g=g)[1]]
+    assert got["1"] == got["0"]
+
+
+def test_rmsnorm_group_is_formed(monkeypatch):
+    monkeypatch.setenv("ADC_FUSE", "1")
+    monkeypatch.setattr(row_fusion, "MIN_ELEMENTS", 0)
+    from adc_runtime.compiled import CompiledExecutor
+    m = adc.value_and_grad(RMS, "f", wrt=["x", "g"], dims=dict(B=2, D=8)).module
+    fn = m[[n for n in m.functions if n.endswith("_grad")][0]]
+    ex = CompiledExecutor(m, np, dict(B=2, D=8))
+    ex._allocate_arena(fn)
+    assert ex.compile_function(fn).source.count(" is not None:") == 1
