@@ -23,6 +23,7 @@ from .forward import (FORWARD_MODES, add_jacobian_command, add_tangents_argument
                           jacobian_main)
 from .remat import add_remat_arguments, add_remat_curve_command
 from .train import add_train_command
+from .import_model import add_import_command
 from ..diagnostics import AdcError, InternalError, render
 from ..ir.gcpause import fewer_collections
 from .argtypes import memory_size, nonneg_float, nonneg_int, plugin_name, positive_float
@@ -170,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
         func=lambda a: jacobian_main(a, inputs_for=load_or_draw_inputs))
     add_remat_curve_command(sub, _common)
     add_train_command(sub, _common, _wrt)
+    add_import_command(sub)
     return parser
 
 
