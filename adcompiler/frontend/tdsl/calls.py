@@ -219,7 +219,7 @@ class CallLowering:
 
     # ---- indexing --------------------------------------------------------------------
     def index(self, e: ast.Index):
-        base = self.operand(e.value)
+        base = self.value_or_group(e.value)
         if isinstance(base, GroupValue):
             return self.group_index(base, e)
         if isinstance(base, Weak):

@@ -142,7 +142,7 @@ class FunctionLowerer(ExprLowering, CallLowering, GroupLowering):
 
     def assign(self, st: ast.Assign) -> None:
         if len(st.targets) == 1:
-            self.bind(st.targets[0], self.operand(st.value))
+            self.bind(st.targets[0], self.value_or_group(st.value))
             return
         seen = set()
         for t in st.targets:

@@ -226,7 +226,7 @@ class GroupLowering:
         return self.error(f"'{v.text}' is a group ({v}), not a tensor; use one of its fields "
                           f"({fields})", span)
 
-    def operand(self, e):
+    def value_or_group(self, e):
         """`e` lowered to one value, a group allowed (what a name may be bound to)."""
         v = self.expr(e)
         if type(v).__name__ == "Multi":
@@ -234,7 +234,7 @@ class GroupLowering:
         return v
 
     def field_of(self, e: ast.FieldOf):
-        base = self.operand(e.value)
+        base = self.value_or_group(e.value)
         if not isinstance(base, GroupValue):
             what = f"a tensor ({base.type})" if isinstance(base, Value) else "a number"
             raise self.error(f"'.{e.name}': '{_text(e.value)}' is {what}, not a group; "
@@ -305,7 +305,7 @@ class GroupLowering:
                     raise self.error(self.arg_mismatch(fn, param, v, subst, origin), a.span)
                 args.append(v)
                 continue
-            v = self.operand(a)
+            v = self.value_or_group(a)
             want = f"argument '{d.name}' of '{fn.name}' must be group {d.ref}"
             if not isinstance(v, GroupValue):
                 got = f"a tensor ({v.type})" if isinstance(v, Value) else "a number"
