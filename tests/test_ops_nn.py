@@ -272,3 +272,15 @@ def test_type_errors(op, types, attrs, message):
     body = Block([TensorType(d, s) for d, s in types])
     with pytest.raises(ShapeError, match=message):
         Builder(body).emit(op, *body.args, **attrs)
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+@pytest.mark.parametrize("shape,axis", [((5, 0, 0), -1), ((2, 0), 1), ((0, 3), 0), ((0, 3), 1)])
+def test_softmax_of_an_empty_array(op, shape, axis):
+    """An empty array has nothing to normalize: the result is empty, of its shape, in every
+    mode (NumPy's max has no value on an empty axis, which the kernels must not ask for)."""
+    x = np.zeros(shape)
+    got = evaluate(op, [x], {"axis": axis})
+    assert got.shape == shape and got.dtype == np.float64
+    check_grads(op, [x], {"axis": axis})
+    check_second_order(op, [x], {"axis": axis})

@@ -8,6 +8,8 @@ from .table import DTYPES, kernel, out_kernel
 
 
 def _shifted(xp, x, axis):
+    if x.size == 0:  # an empty axis has no maximum (NumPy raises), and nothing to shift
+        return x.copy()
     return x - xp.max(x, axis=axis, keepdims=True)
 
 
@@ -25,6 +27,8 @@ def softmax(xp, x, axis=-1):
 @out_kernel("softmax", rule="float")
 def softmax_out(xp, x, out, axis=-1):
     """`softmax` computed in `out`: the shift, the exponential and the division in place."""
+    if x.size == 0:
+        return out
     xp.subtract(x, xp.max(x, axis=axis, keepdims=True), out=out)
     xp.exp(out, out=out)
     return xp.divide(out, xp.sum(out, axis=axis, keepdims=True), out=out)
