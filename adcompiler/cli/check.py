@@ -9,6 +9,7 @@ the finite-difference noise around it compare as equal.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -41,8 +42,10 @@ def _points(size: int, max_points: int, rng) -> np.ndarray:
 
 
 def check_gradients(rev: Compiled, fwd: Compiled, inputs: dict, dims: dict, eps: float,
-                    rtol: float, max_points: int = 0, seed: int = 0) -> list[InputCheck]:
-    """Compare `rev`'s gradients with central differences of `fwd` on `inputs`."""
+                    rtol: float, max_points: int = 0, seed: int = 0,
+                    progress: Callable[[int, int], None] | None = None) -> list[InputCheck]:
+    """Compare `rev`'s gradients with central differences of `fwd` on `inputs`;
+    `progress(done, total)` is told of each probed element."""
     from adc_runtime.executor import run_function
 
     outs, _ = run_function(rev.module, rev.run_name, inputs, dims=dims)
@@ -53,15 +56,20 @@ def check_gradients(rev: Compiled, fwd: Compiled, inputs: dict, dims: dict, eps:
         return _objective(run_function(fwd.module, fwd.run_name, values, dims=dims)[0])
 
     rows = []
+    probes = {name: _points(np.size(inputs[name]), max_points, rng) for name in rev.wrt}
+    total, done = sum(len(idx) for idx in probes.values()), 0
     for name in rev.wrt:
         x = np.array(inputs[name], dtype=np.float64)
-        idx = _points(x.size, max_points, rng)
+        idx = probes[name]
         fd = np.empty(len(idx))
         for k, i in enumerate(idx):
             plus, minus = x.copy(), x.copy()
             plus.flat[i] += eps
             minus.flat[i] -= eps
             fd[k] = (f({**inputs, name: plus}) - f({**inputs, name: minus})) / (2 * eps)
+            done += 1
+            if progress is not None:
+                progress(done, total)
         got = grads[name].ravel()[idx]
         err = np.abs(got - fd)
         scale = np.maximum(np.maximum(np.abs(got), np.abs(fd)), ERROR_FLOOR)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from ..diagnostics import AdcError
@@ -89,6 +90,8 @@ def add_remat_curve_command(subparsers, common) -> None:
     p.add_argument("--points", metavar="N", type=positive_int, default=8,
                    help="budgets (default 8)")
     p.add_argument("--json", metavar="FILE", help="write the rows as JSON")
+    from .progress import add_progress_argument
+    add_progress_argument(p)
     p.set_defaults(func=remat_curve_main)
 
 
@@ -97,7 +100,9 @@ def remat_curve_main(args, inputs_for=None) -> int:
     (default: --inputs, else seeded random inputs)."""
     from .compile import compile_program
     from ..files.inputs import DimBinder, random_inputs, read_inputs
-    from ..remat.curve import baseline_rows, format_curve, plot_curve, remat_curve
+    from ..remat.curve import baseline_rows, format_curve, remat_curve
+    from ..remat.plot import plot_curve
+    from .progress import Progress
     from ..memory.limit import check_run_fits
     comp = compile_program(args.file, "reverse", args.fn, args.wrt,
                            bind=getattr(args, "bind", None) or None)
@@ -109,13 +114,18 @@ def remat_curve_main(args, inputs_for=None) -> int:
     else:
         inputs, _ = random_inputs(comp.run_fn, binder, getattr(args, "seed", 0))
     check_run_fits(comp.module, comp.run_name, binder.env)
-    rows = remat_curve(comp.module, comp.run_name, binder.env, inputs, points=args.points)
-    base = baseline_rows(comp.module, comp.run_name, binder.env, inputs)
+    with Progress(args, "remat schedules", "schedule") as bar:
+        rows = remat_curve(comp.module, comp.run_name, binder.env, inputs, points=args.points,
+                           progress=lambda done, total: bar(done, total + 2))
+        n = len(rows) + 2
+        base = baseline_rows(comp.module, comp.run_name, binder.env, inputs,
+                             progress=lambda done, total: bar(n + done, n + total))
     print(format_curve(rows, base))
     if getattr(args, "json", None):
         write_stats_json(args.json, {"rows": rows, "baselines": base})
     if args.output:
-        if plot_curve(rows, args.output, f"{args.file} ({comp.run_name})"):
+        title = f"{os.path.basename(args.file)} ({comp.run_name})"
+        if plot_curve(rows, args.output, title, base):
             print(f"wrote {args.output}")
         else:
             print("adc: matplotlib is not installed; no plot drawn "

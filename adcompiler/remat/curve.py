@@ -3,9 +3,8 @@ the baselines (`sqrt`, `mincut`) beside them; and the one schedule that fits a b
 (`fit_budget`, what training under a memory budget asks for)."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Callable, Mapping
 
 from ..ir.core import Module
 from ..memory.sizes import format_bytes
@@ -15,21 +14,37 @@ from .schedule import schedule
 
 
 def remat_curve(module: Module, fn: str, dims: Mapping[str, int], inputs: dict | None = None,
-                points: int = 8, xp=None) -> list[dict]:
+                points: int = 8, xp=None,
+                progress: Callable[[int, int], None] | None = None) -> list[dict]:
     """One row per budget: budget, predicted and (with `inputs`) measured peak, recompute
-    fraction, recomputed FLOPs. `module` is the output of ``reverse``; `fn` its adjoint."""
+    fraction, recomputed FLOPs. `module` is the output of ``reverse``; `fn` its adjoint.
+    `progress(done, total)` is told of each schedule made (the two ends, then each row)."""
+    tell = progress or (lambda done, total: None)
+    tell(0, points + 2)
     lo = schedule(module, "min-memory", fn, dims)
+    tell(1, points + 2)
     hi = remat_stats(module, schedule(module, "none", fn, dims), dims)["peak_bytes_store_all"]
     floor = remat_stats(module, lo, dims)["peak_bytes_predicted"]
     budgets = sorted({floor + (hi - floor) * k // max(points - 1, 1) for k in range(points)})
-    return [_row(module, fn, dims, inputs, Policy("budget", budget=b), xp, budget=b)
-            for b in budgets]
+    tell(2, len(budgets) + 2)
+    rows = []
+    for b in budgets:
+        rows.append(_row(module, fn, dims, inputs, Policy("budget", budget=b), xp, budget=b))
+        tell(len(rows) + 2, len(budgets) + 2)
+    return rows
 
 
 def baseline_rows(module: Module, fn: str, dims: Mapping[str, int], inputs: dict | None = None,
-                  xp=None, policies=("sqrt", "mincut")) -> list[dict]:
-    """One row per baseline policy, in the same form (``budget`` None)."""
-    return [_row(module, fn, dims, inputs, p, xp) for p in policies]
+                  xp=None, policies=("sqrt", "mincut"),
+                  progress: Callable[[int, int], None] | None = None) -> list[dict]:
+    """One row per baseline policy, in the same form (``budget`` None); `progress(done,
+    total)` is told of each."""
+    rows = []
+    for p in policies:
+        rows.append(_row(module, fn, dims, inputs, p, xp))
+        if progress is not None:
+            progress(len(rows), len(policies))
+    return rows
 
 
 def _row(module: Module, fn: str, dims, inputs, policy, xp, budget=None) -> dict:
@@ -58,36 +73,6 @@ def format_curve(rows: list[dict], baselines: list[dict] = ()) -> str:
     lines.append(f"(bytes; recompute = recomputed FLOPs / forward FLOPs; "
                  f"from {format_bytes(rows[0]['budget'])} to {format_bytes(rows[-1]['budget'])})")
     return "\n".join(lines)
-
-
-def plot_curve(rows: list[dict], path: str, title: str = "") -> bool:
-    """Draw recompute fraction against peak memory into `path`; False without matplotlib."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    fig, ax = plt.subplots(figsize=(6, 4))
-    xs = [r["peak_bytes_predicted"] / 2**20 for r in rows]
-    ax.plot(xs, [r["recompute_fraction"] for r in rows], "o-", label="predicted peak")
-    meas = [(r["peak_bytes_measured"] / 2**20, r["recompute_fraction"]) for r in rows
-            if r["peak_bytes_measured"] is not None]
-    if meas:
-        ax.plot(*zip(*meas), "x", label="measured peak")
-    ax.set_xlabel("peak live memory (MiB)")
-    ax.set_ylabel("recomputed FLOPs / forward FLOPs")
-    ax.set_title(title or "remat trade-off")
-    ax.grid(True, alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    from ..files.write import write_atomic
-    fmt = os.path.splitext(path)[1][1:].lower() or "png"
-    try:
-        write_atomic(path, lambda f: fig.savefig(f, format=fmt))
-    finally:
-        plt.close(fig)
-    return True
 
 
 @dataclass
