@@ -65,10 +65,16 @@ def attention(t):
     return F.mse_loss(_block(t["x"], t, None, 0.5), t["target"])
 
 
+_BLOCK_FIELDS = {"Wq": "attn.Wq", "Wk": "attn.Wk", "Wv": "attn.Wv", "Wo": "attn.Wo",
+                 "g1": "ln1.g", "be1": "ln1.b", "W1": "ffn.W1", "c1": "ffn.c1",
+                 "W2": "ffn.W2", "c2": "ffn.c2", "g2": "ln2.g", "be2": "ln2.b"}
+
+
 def transformer_stack(t):
     h = t["x"]
-    for layer in range(6):
-        h = _block(h, t, layer, 0.35355339)
+    for layer in range(6):   # the stacked group `blocks: Block[6]`, one layer at a time
+        p = {k: t[f"blocks.{v}"][layer] for k, v in _BLOCK_FIELDS.items()}
+        h = _block(h, p, None, 0.35355339)
     return F.mse_loss(h, t["target"])
 
 
@@ -92,6 +98,19 @@ SAMPLE_REFS = {f.__name__: f for f in (backprop_tiny, autograd_intro, chain_rule
                                        attention, rnn, deep_mlp, transformer_stack)}
 
 
+def run_sample(tmp_path, name: str, mode: str, **kw) -> dict:
+    """``adc run`` of samples/NAME, the per-layer outputs of a stacked group (``grad_blocks.3.
+    attn.Wq``) stacked again under the input's name (``grad_blocks.attn.Wq``)."""
+    from adcompiler.files.paths import join
+    got = adc_run_file(tmp_path, SAMPLES / f"{name}.tdsl", mode, SAMPLES / f"{name}.json", **kw)
+    fn = compile_file(str(SAMPLES / f"{name}.tdsl")).main
+    out = {k: v for k, v in got.items() if "." not in k}
+    for kind in ("grad_", "hvp_"):
+        mine = {k[len(kind):]: v for k, v in got.items() if k.startswith(kind) and "." in k}
+        out.update({kind + k: v for k, v in join(fn, mine, "outputs").items()})
+    return out
+
+
 def sample_inputs(name: str, T: str) -> tuple[dict, list[str]]:
     """samples/NAME.json as arrays of the declared types (floats in `T`), and the params."""
     fn = compile_file(str(SAMPLES / f"{name}.tdsl")).main
@@ -109,8 +128,7 @@ def sample_inputs(name: str, T: str) -> tuple[dict, list[str]]:
 def test_sample_reverse(name, T, tmp_path, strict_dtypes):
     """``adc run samples/X.tdsl --mode reverse --inputs samples/X.json [--dtype f64]``."""
     inputs, params = sample_inputs(name, T)
-    got = adc_run_file(tmp_path, SAMPLES / f"{name}.tdsl", "reverse", SAMPLES / f"{name}.json",
-                       dtype="f64" if T == "f64" else None)
+    got = run_sample(tmp_path, name, "reverse", dtype="f64" if T == "f64" else None)
     (value,), grads = torch_value_and_grad(SAMPLE_REFS[name], inputs, params)
     assert_close(got["out"], value, T, f"{name} {T} out")
     for w in params:
@@ -127,8 +145,7 @@ def _tangents(inputs, params, seed=5):
 def test_sample_jvp(name, tmp_path):
     inputs, params = sample_inputs(name, "f64")
     tans = _tangents(inputs, params)
-    got = adc_run_file(tmp_path, SAMPLES / f"{name}.tdsl", "jvp", SAMPLES / f"{name}.json",
-                       dtype="f64", tangents=tans)
+    got = run_sample(tmp_path, name, "jvp", dtype="f64", tangents=tans)
     (value,), (tangent,) = torch_jvp(SAMPLE_REFS[name], inputs, params, tans)
     assert_close(got["out"], value, "f64", f"{name} out")
     assert_close(got["tangent_out"], tangent, "f64", f"{name} tangent_out")
@@ -138,8 +155,7 @@ def test_sample_jvp(name, tmp_path):
 def test_sample_hvp(name, tmp_path):
     inputs, params = sample_inputs(name, "f64")
     tans = _tangents(inputs, params)
-    got = adc_run_file(tmp_path, SAMPLES / f"{name}.tdsl", "hvp", SAMPLES / f"{name}.json",
-                       dtype="f64", tangents=tans)
+    got = run_sample(tmp_path, name, "hvp", dtype="f64", tangents=tans)
     grads, hvps = torch_hvp(SAMPLE_REFS[name], inputs, params, tans)
     for w in params:
         assert_close(got[f"grad_{w}"], grads[w], "f64", f"{name} grad_{w}")

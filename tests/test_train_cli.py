@@ -165,7 +165,8 @@ def _digits_like(tmp_path, rows=600):
 
 def test_resume_after_sigkill_is_bit_identical(tmp_path, capsys):
     data = _digits_like(tmp_path)
-    opts = ["train", DIGITS, "--data", data, "--batch", 16, "--steps", 1500,
+    opts = ["train", DIGITS, "--fn", "digits_mlp", "--data", data, "--batch", 16,
+            "--steps", 1500,
             "--optimizer", "adam:lr=3e-3", "--schedule", "cosine:warmup=10", "--clip", "1",
             "--every", 20]
     full, part = tmp_path / "full.npz", tmp_path / "part.npz"
@@ -207,7 +208,8 @@ def test_checkpoint_of_another_model_is_refused(tmp_path, capsys, mlp_data):
     assert adc(capsys, "train", MLP, "--data", mlp_data, "--steps", 2, "--batch", 8,
                "--checkpoint", ckpt)[0] == 0
     before = ckpt.read_bytes()
-    code, _, err = adc(capsys, "train", DIGITS, "--data", _digits_like(tmp_path),
+    code, _, err = adc(capsys, "train", DIGITS, "--fn", "digits_mlp", "--data",
+                       _digits_like(tmp_path),
                        "--steps", 2, "--resume", ckpt, "--checkpoint", ckpt)
     assert code == 1
     assert f"error: checkpoint '{ckpt}' is from another model: it trains function 'mlp', " \

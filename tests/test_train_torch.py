@@ -66,20 +66,25 @@ def _torch_losses(x, labels, init, make_opt, clip):
 ])
 def test_loss_per_step_matches_pytorch(name, ours, theirs, clip):
     x, labels, init = _data()
-    result = adc.train(DIGITS, {"x": x, "labels": labels}, ours, params=init, batch=BATCH,
+    nested = {"m": {"l1": {"W": init["W1"], "b": init["b1"]},    # the group `m: MLP`
+                    "l2": {"W": init["W2"], "b": init["b2"]}}}
+    result = adc.train(DIGITS, {"x": x, "labels": labels}, ours, params=nested, batch=BATCH,
                        steps=STEPS, clip=clip, seed=SEED, dtype="f64")
     got = np.array([r["loss"] for r in result.history])
     want = _torch_losses(x, labels, init, theirs, clip)
     assert len(got) == STEPS
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=0)
     assert want[-1] < want[0]
+    assert sorted(result.params["m"]) == ["l1", "l2"]   # given nested, returned nested
+    assert result.params["m"]["l2"]["b"].shape == (10,)
 
 
 def test_the_command_matches_pytorch(tmp_path, capsys):
     x, labels, init = _data()
     np.savez(tmp_path / "d.npz", x=x, labels=labels)
-    np.savez(tmp_path / "i.npz", **init)
-    code = cli.main(["train", DIGITS, "--data", str(tmp_path / "d.npz"), "--init",
+    paths = {"W1": "m.l1.W", "b1": "m.l1.b", "W2": "m.l2.W", "b2": "m.l2.b"}
+    np.savez(tmp_path / "i.npz", **{paths[k]: v for k, v in init.items()})
+    code = cli.main(["train", DIGITS, "--fn", "digits_mlp", "--data", str(tmp_path / "d.npz"), "--init",
                      str(tmp_path / "i.npz"), "--dtype", "f64", "--batch", str(BATCH),
                      "--steps", str(STEPS), "--seed", str(SEED), "--optimizer",
                      "adam:lr=1e-3", "--log", str(tmp_path / "m.jsonl")])

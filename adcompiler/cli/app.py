@@ -22,7 +22,6 @@ from .commands import cmd_check, cmd_compile, cmd_run, load_or_draw_inputs
 from .forward import (FORWARD_MODES, add_jacobian_command, add_tangents_argument,
                           jacobian_main)
 from .remat import add_remat_arguments, add_remat_curve_command
-from .progress import add_progress_argument
 from .train import add_train_command
 from .import_model import add_import_command
 from ..diagnostics import AdcError, InternalError, render
@@ -37,7 +36,9 @@ EPILOG = "Run 'adc COMMAND --help' for the options of each command."
 
 def _wrt(text: str) -> list[str]:
     names = [w.strip() for w in text.split(",")]
-    if not all(n.isidentifier() for n in names):
+    # a name, or a path into a parameter group (blocks.attn, blocks.3.W)
+    if not all(n.split(".")[0].isidentifier() and all(p.isidentifier() or p.isdigit()
+                                                      for p in n.split(".")) for n in names):
         raise argparse.ArgumentTypeError(f"expected names separated by commas, "
                                          f"got '{text}'")
     return names
@@ -87,21 +88,13 @@ def _common(p: argparse.ArgumentParser, inputs: bool = True) -> None:
                    help="show Python tracebacks")
 
 
-def _version() -> str:
-    """The installed distribution's version (the package root is not imported here)."""
-    from importlib.metadata import PackageNotFoundError, version
-    try:
-        return version("adcompiler")
-    except PackageNotFoundError:
-        return "(not installed)"
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="adc", description="Compile TDSL programs to derivative programs and run them.",
         epilog=EPILOG)
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks")
-    parser.add_argument("--version", action="version", version=f"adc {_version()}",
+    from .. import __version__
+    parser.add_argument("--version", action="version", version=f"adc {__version__}",
                         help="print adc's version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -174,7 +167,6 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--max-points", metavar="N", type=nonneg_int, default=200,
                    help="probe at most N seeded random elements of each input (0: all; "
                         "default 200)")
-    add_progress_argument(k)
     k.set_defaults(func=cmd_check, parser=k)
     add_jacobian_command(sub, _common)
     sub.choices["jacobian"].set_defaults(

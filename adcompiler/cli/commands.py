@@ -112,6 +112,7 @@ def cmd_run(args) -> int:
     from adc_runtime.executor import run_function
     from .compile import compile_program
     from ..files.inputs import DimBinder
+    from ..files.paths import split_outputs
     from ..files.write import save_npz
     from .table import summary
     xp = select_device(args.device)
@@ -153,6 +154,7 @@ def cmd_run(args) -> int:
     named = list(zip(comp.output_names(), [np.asarray(o) for o in outs]))
     if xp is np and not args.detect_anomaly:
         warn_nonfinite(comp.module, comp.run_name, inputs, binder.env, named)
+    named = split_outputs(comp.module[comp.run_name], named)   # one row per leaf
     print(summary(named))
     arena = stats.get("arena_bytes")
     print(f"\npeak live memory: {stats['peak_bytes']:,} bytes" +
@@ -184,10 +186,8 @@ def cmd_check(args) -> int:
     binder = DimBinder(_binds(args))
     inputs = load_or_draw_inputs(args, rev.run_fn, binder)
     check_run_fits(rev.module, rev.run_name, binder.env)
-    from .progress import Progress
-    with Progress(args, "finite differences", "probe") as progress:
-        rows = check_gradients(rev, fwd, inputs, binder.env, args.eps, args.rtol,
-                               args.max_points, args.seed, progress)
+    rows = check_gradients(rev, fwd, inputs, binder.env, args.eps, args.rtol,
+                           args.max_points, args.seed)
     try:
         frows = {f.name: f for f in check_forward(fwd, inputs, rev.wrt, binder.env,
                                                   args.eps, args.rtol, args.seed)}

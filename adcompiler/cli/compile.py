@@ -93,6 +93,11 @@ def resolve_wrt(fn: Function, wrt: list[str] | None, notes: list[str]) -> list[s
     input when none is marked."""
     floats = [a.name for a in fn.args if a.type.is_float]
     if wrt:
+        from ..files.paths import expand_wrt
+        try:
+            wrt = expand_wrt(fn, wrt)   # a group's path: every input below it
+        except AdcError as e:
+            raise AdcError(f"--wrt: {e.message}") from None
         for w in wrt:
             if w not in fn.arg_names:
                 raise AdcError(f"--wrt: '{w}' is not an input of '{fn.name}' (inputs: "

@@ -133,6 +133,7 @@ def run_main(args, inputs_for=None) -> int:
     from adc_runtime.executor import run_function
     from .anomaly import anomaly_executor
     from ..files.inputs import DimBinder
+    from ..files.paths import split_outputs
     from ..files.write import save_npz
     from .table import summary
     from ..files.inputs import load_data
@@ -157,6 +158,7 @@ def run_main(args, inputs_for=None) -> int:
                                    getattr(args, "detect_anomaly", False)))
     named = list(zip(comp.output_names(), [np.asarray(o) for o in outs]))
     warn_nonfinite(comp.module, comp.run_name, {**inputs, **tangents}, binder.env, named)
+    named = split_outputs(comp.module[comp.run_name], named)   # one row per leaf
     print(summary(named))
     print(f"\npeak live memory: {stats['peak_bytes']:,} bytes")
     if getattr(args, "out", None):

@@ -92,9 +92,7 @@ def add_train_command(subparsers, common, names_list) -> None:
     common(p, inputs=False)
     g = p.add_argument_group("data and length")
     g.add_argument("--data", metavar="TRAIN.npz", required=True,
-                   help="training data: one array per non-param input, by name; or a "
-                        "folder of NAME.npy files or .npz shards, memory-mapped (data "
-                        "bigger than memory, docs/training.md)")
+                   help="training data: one array per non-param input, by name")
     g.add_argument("--val", metavar="VAL.npz",
                    help="validation data, evaluated at each epoch's end with the forward "
                         "program only")
@@ -147,11 +145,15 @@ def add_train_command(subparsers, common, names_list) -> None:
                    help="gradients all-reduced together, in MiB (default 25, as PyTorch DDP)")
     f = p.add_argument_group("files")
     f.add_argument("--init", metavar="PARAMS.npz",
-                   help="initial values of the params, by name (default: --init-scheme)")
-    f.add_argument("--init-scheme", choices=("glorot", "kaiming", "normal"), default="glorot",
-                   help="draw the params without --init: glorot (uniform), kaiming (normal, "
-                        "for ReLU) or normal (std 0.01); rank-0 and rank-1 params start at "
-                        "zero (default glorot)")
+                   help="initial values of the params, by path (m.blocks.3.W); those left "
+                        "out are drawn by --init-scheme")
+    f.add_argument("--init-scheme", choices=("torch", "glorot", "kaiming", "normal"),
+                   default="torch",
+                   help="how weights not given by --init are drawn: torch (torch.nn's "
+                        "default, uniform in 1/sqrt(fan_in)), glorot (uniform), kaiming "
+                        "(normal, for ReLU) or normal (std 0.01); fans from the weight's use "
+                        "(matmul, convolution); gains start at 1, biases at 0 (default "
+                        "torch)")
     f.add_argument("--save", metavar="PARAMS.npz",
                    help="write the trained params by name (what --init and adc run --inputs "
                         "read)")
@@ -163,10 +165,8 @@ def add_train_command(subparsers, common, names_list) -> None:
     f.add_argument("--resume", metavar="CKPT.npz",
                    help="continue a run from its checkpoint: the result is bit-identical to "
                         "a run that was never interrupted")
-    f.add_argument("--log", metavar="FILE.jsonl|FILE.csv|DIR/",
-                   help="one record per step (and one per validation): JSON lines, a CSV "
-                        "table (.csv), or TensorBoard event files in a folder (DIR/; needs "
-                        "tensorboardX)")
+    f.add_argument("--log", metavar="FILE.jsonl",
+                   help="one JSON object per step (and one per validation)")
     f.add_argument("--plot", metavar="FILE.png",
                    help="training and validation loss and the gradient norm (matplotlib)")
     f.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
@@ -210,8 +210,7 @@ def cmd_train(args) -> int:
 def _train(args, comm) -> int:
     from ..training.data import load_arrays
     from ..training.loop import train
-    from ..training.logs import open_log
-    from ..training.report import Progress, plot
+    from ..training.report import JsonLog, Progress, plot
     from .compile import load_module
     if args.remat and args.memory_budget:
         args.parser.error("give --remat or --memory-budget, not both")
@@ -224,11 +223,13 @@ def _train(args, comm) -> int:
                          ("--log", args.log), ("--plot", args.plot)):
         _check_folder(option, path)
     module = load_module(args.file)
-    data = load_arrays(args.data, "training data", folder=True)
-    val = load_arrays(args.val, "validation data", folder=True) if args.val else None
+    if args.fn is None:
+        args.fn = _the_loss(module, args.file, args.metric)
+    data = load_arrays(args.data, "training data")
+    val = load_arrays(args.val, "validation data") if args.val else None
     init = load_arrays(args.init, "--init") if args.init else None
 
-    log = open_log(args.log, append=bool(args.resume)) if args.log else None
+    log = JsonLog(args.log, append=bool(args.resume)) if args.log else None
     bar = None
     history, val_hist = [], []
     started = time.perf_counter()
@@ -274,7 +275,8 @@ def _train(args, comm) -> int:
                 metrics=tuple(args.metric), wrt=args.wrt, data_name=args.data,
                 val_name=args.val or "validation data", init_name=args.init or "initial params",
                 report=_report_memory if args.memory_budget or args.remat not in (None, "none")
-                else None, comm=comm, bucket_mb=args.bucket_mb)
+                else None, comm=comm, bucket_mb=args.bucket_mb,
+                on_note=lambda m: print(f"adc: {m}", file=sys.stderr))
     finally:
         if bar:
             bar.close()
@@ -286,10 +288,29 @@ def _train(args, comm) -> int:
     if args.save:
         from ..files.write import save_npz
         from ..training.checkpoint import host
-        save_npz(args.save, {k: host(v) for k, v in result.params.items()})
+        from ..files.paths import split, stacks_of
+        fn = module[args.fn or module.main.name]
+        save_npz(args.save, split(stacks_of(fn), {k: host(v) for k, v in result.params.items()}))
     if comm is None or comm.rank == 0:
         _summary(result, elapsed, per_step, comm)
     return 0
+
+
+def _the_loss(module, path: str, metrics) -> str | None:
+    """The loss to train without --fn: the one function that returns a float scalar and
+    takes params, once those named by --metric are left out (None: the last function, as
+    before). Several such functions (a loss and an accuracy, say) are refused: training the
+    wrong one would fail silently."""
+    candidates = [f.name for f in module.functions.values()
+                  if "." not in f.name and not any(k in f.attrs for k in ("grad_of",
+                                                                          "tangent_of"))
+                  and len(f.result_types) == 1 and f.result_types[0].shape == ()
+                  and f.result_types[0].is_float and f.params and f.name not in metrics]
+    if len(candidates) > 1:
+        raise AdcError(f"{path} has {len(candidates)} functions that return a float scalar "
+                       f"and take params ({', '.join(candidates)}): say which is the loss "
+                       f"with --fn NAME (and name the others with --metric)")
+    return candidates[0] if candidates else None
 
 
 def _report_memory(predicted: int, measured: int, policy: str) -> None:

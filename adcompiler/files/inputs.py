@@ -93,6 +93,8 @@ class DimBinder:
 
 def check_inputs(fn: Function, data: dict, path: str, binder: DimBinder) -> dict:
     """Validate loaded `data` against `fn`'s inputs; returns arrays of the declared dtypes."""
+    from .paths import join_loaded
+    data = join_loaded(fn, data, path)   # the layers of stacked groups, stacked
     names = fn.arg_names
     for key in data:
         if key not in names:

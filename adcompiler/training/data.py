@@ -7,31 +7,30 @@ batches; the rows left over at the end of an epoch are not used (every step then
 shapes: one compiled step, one memory plan). With ``batch == rows`` the one batch holds every
 row, so full-batch training does not depend on the shuffle.
 
-Parameters come from ``--init PARAMS.npz`` by name, or are drawn by a scheme from their own
-Generator seeded by ``--seed``: ``glorot`` (uniform in ±sqrt(6 / (fan_in + fan_out))),
-``kaiming`` (normal with std sqrt(2 / fan_in), for ReLU layers) or ``normal`` (std 0.01).
-Fans are the last two axes of a parameter (``x @ W`` with ``W: [in, out]``); parameters of
-rank 0 or 1 (biases, gains) start at zero in every scheme.
+Parameters come from ``--init PARAMS.npz`` by path (``m.blocks.3.W``, `files.paths`), and
+those it leaves out are drawn by role and scheme (`training.init`: gains 1, biases 0,
+weights as ``torch.nn``'s defaults unless ``--init-scheme`` says otherwise) from their own
+Generator seeded by ``--seed``.
 """
 from __future__ import annotations
 
-import os
 from typing import Mapping
 
 import numpy as np
 
-from ..files.folders import Rows
 from ..files.inputs import DimBinder, _convert, load_data
 from ..diagnostics import AdcError, UnboundDimError
 from ..ir.core import Function
 from ..ir.types import NUMPY_DTYPE, TensorType, resolve_dim
 
-INIT_SCHEMES = ("glorot", "kaiming", "normal")
-NORMAL_STD = 0.01
 
 
 def param_names(fn: Function, wrt=None) -> list[str]:
-    """The inputs a run trains: `wrt`, or those marked ``param``, in input order."""
+    """The inputs a run trains: `wrt` (a group's path: every input below it), or those
+    marked ``param``, in input order."""
+    if wrt:
+        from ..files.paths import expand_wrt
+        wrt = expand_wrt(fn, list(wrt))
     for n in wrt or ():
         if n not in fn.arg_names:
             raise AdcError(f"--wrt: '{n}' is not an input of '{fn.name}' (inputs: "
@@ -59,15 +58,10 @@ def check_loss(fn: Function) -> None:
                        f"it returns {got}", fn.loc)
 
 
-def load_arrays(path: str, what: str, folder: bool = False) -> dict[str, np.ndarray]:
-    """The arrays of a ``.npz`` data or parameter file by name (no pickled objects); with
-    `folder`, a data folder is read lazily (`files.folders`: memory-mapped rows)."""
-    if folder and os.path.isdir(path):
-        from ..files.folders import open_folder
-        return open_folder(path, what)
+def load_arrays(path: str, what: str) -> dict[str, np.ndarray]:
+    """The arrays of a ``.npz`` data or parameter file by name (no pickled objects)."""
     if not path.endswith(".npz"):
-        also = " or a folder of .npy files or .npz shards" if folder else ""
-        raise AdcError(f"{what} file '{path}' must be a .npz file{also}")
+        raise AdcError(f"{what} file '{path}' must be a .npz file")
     return {k: a for k, (a, _) in load_data(path).items()}
 
 
@@ -87,11 +81,7 @@ def check_data(fn: Function, params: list[str], arrays: Mapping[str, np.ndarray]
         t = fn.arg(name).type
         if name not in arrays:
             raise AdcError(f"{path}: missing array '{name}' (data input {t})")
-        a = arrays[name]
-        if isinstance(a, Rows):   # read lazily: converted block by block as read
-            a = a.converted(lambda block, name=name, t=t: _convert(name, block, False, t, path))
-        else:
-            a = _convert(name, np.asarray(a), False, t, path)
+        a = _convert(name, np.asarray(arrays[name]), False, t, path)
         if a.ndim != len(t.shape) or a.ndim == 0:
             raise AdcError(f"{path}: array '{name}' has shape {a.shape}; data input {t} "
                            "needs the same rank, with the rows on the leading axis")
@@ -162,33 +152,30 @@ def param_shapes(fn: Function, names: list[str], env: Mapping[str, int]) -> dict
 
 
 def draw_params(fn: Function, names: list[str], env: Mapping[str, int], scheme: str,
-                seed: int) -> dict[str, np.ndarray]:
-    """Initial values of the params by `scheme` (module docstring), drawn in input order."""
-    if scheme not in INIT_SCHEMES:
+                seed: int, module=None) -> dict[str, np.ndarray]:
+    """Initial values of the params by role and `scheme` (`training.init`), drawn in input
+    order; the roles are read from `module`'s `fn` (calls inlined) when it is given."""
+    from . import init
+    if scheme not in init.SCHEMES:
         raise AdcError(f"unknown init scheme '{scheme}' (choose from "
-                       f"{', '.join(INIT_SCHEMES)})")
+                       f"{', '.join(init.SCHEMES)})")
+    found = init.roles(module, fn, names) if module is not None else {}
     rng = np.random.default_rng(seed)
     out = {}
     for n, shape in param_shapes(fn, names, env).items():
         dtype = NUMPY_DTYPE[fn.arg(n).type.dtype]
-        if len(shape) < 2:
-            out[n] = np.zeros(shape, dtype)
-            continue
-        fan_in, fan_out = shape[-2], shape[-1]
-        if scheme == "glorot":
-            a = np.sqrt(6.0 / max(fan_in + fan_out, 1))
-            v = rng.uniform(-a, a, shape)
-        elif scheme == "kaiming":
-            v = rng.standard_normal(shape) * np.sqrt(2.0 / max(fan_in, 1))
-        else:
-            v = rng.standard_normal(shape) * NORMAL_STD
-        out[n] = v.astype(dtype)
+        role, fans = found.get(n, ("other", None))
+        out[n] = init.draw(role, fans, shape, dtype, scheme, rng, env)
     return out
 
 
 def check_params(fn: Function, names: list[str], arrays: Mapping[str, np.ndarray],
-                 path: str, binder: DimBinder) -> dict[str, np.ndarray]:
-    """Initial values from ``--init``: one array per param, by name, of its declared type."""
+                 path: str, binder: DimBinder, partial: bool = False) -> dict[str, np.ndarray]:
+    """Initial values from ``--init``: arrays by parameter path (`files.paths`), each of its
+    param's declared type; with `partial`, params left out are not an error (the caller
+    draws them)."""
+    from ..files.paths import flat_paths, join
+    arrays = join(fn, flat_paths(arrays), path, names)
     for k in arrays:
         if k not in names:
             raise AdcError(f"{path}: unknown array '{k}'; the params of '{fn.name}' are "
@@ -197,6 +184,8 @@ def check_params(fn: Function, names: list[str], arrays: Mapping[str, np.ndarray
     for n in names:
         t = fn.arg(n).type
         if n not in arrays:
+            if partial:
+                continue
             raise AdcError(f"{path}: missing array '{n}' (param {t})")
         a = _convert(n, np.asarray(arrays[n]), False, t, path)
         binder.check_shape(n, a.shape, t, path)

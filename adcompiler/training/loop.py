@@ -26,6 +26,7 @@ import numpy as np
 from . import checkpoint as ckpt
 from ..diagnostics import AdcError
 from .distributed import shard
+from ..files.paths import is_nested, nest, split, split_names, stacks_of
 from .data import (DimBinder, bind_batch, check_data, check_loss, check_params,
                          draw_params, epoch_batches, param_names, rows_of, take_rows)
 
@@ -72,7 +73,7 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
           params: Mapping[str, np.ndarray] | None = None, batch: int | None = None,
           steps: int | None = None, epochs: int | None = None, clip: float | None = None,
           accumulate: int = 1, val: Mapping[str, np.ndarray] | None = None, seed: int = 0,
-          init_scheme: str = "glorot", dtype: str | None = None,
+          init_scheme: str = "torch", dtype: str | None = None,
           dims: Mapping[str, int] | None = None, remat: str | None = None,
           memory_budget: int | None = None,
           device: str = "cpu", precision: str | None = None, detect_anomaly: bool = False,
@@ -82,7 +83,8 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
           wrt=None, data_name: str = "data", val_name: str = "validation data",
           init_name: str = "initial params",
           report: Callable[[int, int, str], None] | None = None,
-          comm=None, bucket_mb: float = 25.0) -> TrainResult:
+          comm=None, bucket_mb: float = 25.0,
+          on_note: Callable[[str], None] | None = None) -> TrainResult:
     """Train the ``param`` inputs of `fn` (default: the module's main function) on `data`.
 
     `data`: one array per non-param input, rows on the leading axis. `params`: initial
@@ -127,10 +129,15 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
     if val is not None:
         val = check_data(f, names, val, val_name,
                          DimBinder({k: v for k, v in binder.env.items() if k not in row_dims}))
-    if params is None:
-        params = draw_params(f, names, binder.env, init_scheme, seed)
-    else:
-        params = check_params(f, names, params, init_name, binder)
+    nested = params is not None and is_nested(params)
+    given = {} if params is None else check_params(f, names, params, init_name, binder,
+                                                   partial=True)
+    drawn = [n for n in names if n not in given]
+    if drawn and params is not None and on_note is not None:
+        on_note(f"{init_name} leaves out {', '.join(split_names(f, drawn))}: drawn by role "
+                f"(scheme {init_scheme})")
+    params = {**draw_params(f, drawn, binder.env, init_scheme, seed, run.module), **given}
+    params = {n: params[n] for n in names}
     per_epoch = rows // (batch * accumulate)
     if steps is None:
         steps = per_epoch * (1 if epochs is None else int(epochs))
@@ -154,7 +161,7 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
     rng = np.random.default_rng(seed)
     pos = _Position(rng_state=rng.bit_generator.state)
     if resume is not None:
-        params, state, pos = _resume(resume, signature, scaler, state)
+        params, state, pos = _resume(resume, signature, scaler, state, f)
         rng.bit_generator.state = pos.rng_state
     batches = epoch_batches(rows, batch * accumulate, rng)
     eval_dims = {k: v for k, v in binder.env.items() if k not in row_dims}
@@ -169,7 +176,7 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
         meta = {"model": signature, "step": pos.step, "epoch": pos.epoch,
                 "batch": pos.batch, "rng": pos.rng_state,
                 "scaler": scaler.state() if scaler else None}
-        ckpt.save(checkpoint, params, state, meta)
+        ckpt.save(checkpoint, split(stacks_of(f), params), state, meta)   # by leaf path
 
     while pos.step < steps:
         idx = batches[pos.batch]
@@ -187,6 +194,8 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
                 f"before keeping that step{kept}. Run again with --detect-anomaly to find "
                 "the first op that made a NaN or Inf")
         params, state = new_params, new_state
+        if pos.step == result.step:
+            _warn_no_gradient(f, names, metrics, norm, pos.step + 1, on_note)
         if report is not None and pos.step == result.step:  # the first step of this run
             report(*_peaks(step_fn, binder.env), remat)
         pos.step += 1
@@ -209,7 +218,33 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
         if checkpoint and ((every and pos.step % every == 0) or pos.step == steps):
             save_checkpoint()
     result.params, result.state, result.step = params, state, pos.step
+    if nested:   # given as nested dicts and lists: returned so
+        result.params = nest(split(stacks_of(f), {k: ckpt.host(v) for k, v in params.items()}))
     return result
+
+
+def _warn_no_gradient(fn, names: list[str], metrics: Mapping, norm: float, step: int,
+                      note) -> None:
+    """A first step whose gradient is exactly zero, in all or for some parameters, trains
+    nothing there: say so, naming them (a loss that ignores them, a gain that starts at 0)."""
+    none = [n for n in names if _float(metrics.get(f"grad_norm_{n}", 1.0)) == 0.0]
+    if norm == 0.0:
+        none = list(names)
+    if not none:
+        return
+    shown = ", ".join(split_names(fn, none))
+    if len(none) == len(names):
+        msg = (f"warning: the gradient norm is exactly 0 at step {step}: no parameter of "
+               f"'{fn.name}' gets a gradient ({shown}), so training changes nothing. Is "
+               f"'{fn.name}' the loss? (--fn names it)")
+    else:
+        msg = (f"warning: {shown} got no gradient at step {step} (exactly 0): '{fn.name}' "
+               "may not depend on them")
+    if note is not None:
+        note(msg)
+    else:
+        import warnings
+        warnings.warn(msg, stacklevel=3)
 
 
 def _mean(evaluate, params: Mapping, val: Mapping, batch: int) -> float:
@@ -266,8 +301,10 @@ def _fit_budget(run, optimizer, names, budget: int, options: dict) -> tuple:
     return best
 
 
-def _resume(path: str, signature: dict, scaler, template) -> tuple:
+def _resume(path: str, signature: dict, scaler, template, fn) -> tuple:
     params, flat, meta = ckpt.load(path)
+    from ..files.paths import join
+    params = join(fn, params, f"checkpoint '{path}'")
     ckpt.check_model(path, meta, signature)
     state = ckpt.unflatten(template, flat, path)
     if scaler is not None and meta.get("scaler"):
