@@ -22,6 +22,7 @@ from .commands import cmd_check, cmd_compile, cmd_run, load_or_draw_inputs
 from .forward import (FORWARD_MODES, add_jacobian_command, add_tangents_argument,
                           jacobian_main)
 from .remat import add_remat_arguments, add_remat_curve_command
+from .progress import add_progress_argument
 from .train import add_train_command
 from .import_model import add_import_command
 from ..diagnostics import AdcError, InternalError, render
@@ -88,13 +89,21 @@ def _common(p: argparse.ArgumentParser, inputs: bool = True) -> None:
                    help="show Python tracebacks")
 
 
+def _version() -> str:
+    """The installed distribution's version (the package root is not imported here)."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("adcompiler")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="adc", description="Compile TDSL programs to derivative programs and run them.",
         epilog=EPILOG)
     parser.add_argument("--debug", action="store_true", help="show Python tracebacks")
-    from .. import __version__
-    parser.add_argument("--version", action="version", version=f"adc {__version__}",
+    parser.add_argument("--version", action="version", version=f"adc {_version()}",
                         help="print adc's version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -167,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--max-points", metavar="N", type=nonneg_int, default=200,
                    help="probe at most N seeded random elements of each input (0: all; "
                         "default 200)")
+    add_progress_argument(k)
     k.set_defaults(func=cmd_check, parser=k)
     add_jacobian_command(sub, _common)
     sub.choices["jacobian"].set_defaults(

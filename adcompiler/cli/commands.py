@@ -186,8 +186,10 @@ def cmd_check(args) -> int:
     binder = DimBinder(_binds(args))
     inputs = load_or_draw_inputs(args, rev.run_fn, binder)
     check_run_fits(rev.module, rev.run_name, binder.env)
-    rows = check_gradients(rev, fwd, inputs, binder.env, args.eps, args.rtol,
-                           args.max_points, args.seed)
+    from .progress import Progress
+    with Progress(args, "finite differences", "probe") as progress:
+        rows = check_gradients(rev, fwd, inputs, binder.env, args.eps, args.rtol,
+                               args.max_points, args.seed, progress)
     try:
         frows = {f.name: f for f in check_forward(fwd, inputs, rev.wrt, binder.env,
                                                   args.eps, args.rtol, args.seed)}

@@ -92,7 +92,9 @@ def add_train_command(subparsers, common, names_list) -> None:
     common(p, inputs=False)
     g = p.add_argument_group("data and length")
     g.add_argument("--data", metavar="TRAIN.npz", required=True,
-                   help="training data: one array per non-param input, by name")
+                   help="training data: one array per non-param input, by name; or a "
+                        "folder of NAME.npy files or .npz shards, memory-mapped (data "
+                        "bigger than memory, docs/training.md)")
     g.add_argument("--val", metavar="VAL.npz",
                    help="validation data, evaluated at each epoch's end with the forward "
                         "program only")
@@ -165,8 +167,10 @@ def add_train_command(subparsers, common, names_list) -> None:
     f.add_argument("--resume", metavar="CKPT.npz",
                    help="continue a run from its checkpoint: the result is bit-identical to "
                         "a run that was never interrupted")
-    f.add_argument("--log", metavar="FILE.jsonl",
-                   help="one JSON object per step (and one per validation)")
+    f.add_argument("--log", metavar="FILE.jsonl|FILE.csv|DIR/",
+                   help="one record per step (and one per validation): JSON lines, a CSV "
+                        "table (.csv), or TensorBoard event files in a folder (DIR/; needs "
+                        "tensorboardX)")
     f.add_argument("--plot", metavar="FILE.png",
                    help="training and validation loss and the gradient norm (matplotlib)")
     f.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
@@ -210,7 +214,8 @@ def cmd_train(args) -> int:
 def _train(args, comm) -> int:
     from ..training.data import load_arrays
     from ..training.loop import train
-    from ..training.report import JsonLog, Progress, plot
+    from ..training.logs import open_log
+    from ..training.report import Progress, plot
     from .compile import load_module
     if args.remat and args.memory_budget:
         args.parser.error("give --remat or --memory-budget, not both")
@@ -225,11 +230,11 @@ def _train(args, comm) -> int:
     module = load_module(args.file)
     if args.fn is None:
         args.fn = _the_loss(module, args.file, args.metric)
-    data = load_arrays(args.data, "training data")
-    val = load_arrays(args.val, "validation data") if args.val else None
+    data = load_arrays(args.data, "training data", folder=True)
+    val = load_arrays(args.val, "validation data", folder=True) if args.val else None
     init = load_arrays(args.init, "--init") if args.init else None
 
-    log = JsonLog(args.log, append=bool(args.resume)) if args.log else None
+    log = open_log(args.log, append=bool(args.resume)) if args.log else None
     bar = None
     history, val_hist = [], []
     started = time.perf_counter()

@@ -14,10 +14,12 @@ Generator seeded by ``--seed``.
 """
 from __future__ import annotations
 
+import os
 from typing import Mapping
 
 import numpy as np
 
+from ..files.folders import Rows
 from ..files.inputs import DimBinder, _convert, load_data
 from ..diagnostics import AdcError, UnboundDimError
 from ..ir.core import Function
@@ -58,10 +60,15 @@ def check_loss(fn: Function) -> None:
                        f"it returns {got}", fn.loc)
 
 
-def load_arrays(path: str, what: str) -> dict[str, np.ndarray]:
-    """The arrays of a ``.npz`` data or parameter file by name (no pickled objects)."""
+def load_arrays(path: str, what: str, folder: bool = False) -> dict[str, np.ndarray]:
+    """The arrays of a ``.npz`` data or parameter file by name (no pickled objects); with
+    `folder`, a data folder is read lazily (`files.folders`: memory-mapped rows)."""
+    if folder and os.path.isdir(path):
+        from ..files.folders import open_folder
+        return open_folder(path, what)
     if not path.endswith(".npz"):
-        raise AdcError(f"{what} file '{path}' must be a .npz file")
+        also = " or a folder of .npy files or .npz shards" if folder else ""
+        raise AdcError(f"{what} file '{path}' must be a .npz file{also}")
     return {k: a for k, (a, _) in load_data(path).items()}
 
 
@@ -81,7 +88,11 @@ def check_data(fn: Function, params: list[str], arrays: Mapping[str, np.ndarray]
         t = fn.arg(name).type
         if name not in arrays:
             raise AdcError(f"{path}: missing array '{name}' (data input {t})")
-        a = _convert(name, np.asarray(arrays[name]), False, t, path)
+        a = arrays[name]
+        if isinstance(a, Rows):   # read lazily: converted block by block as read
+            a = a.converted(lambda block, name=name, t=t: _convert(name, block, False, t, path))
+        else:
+            a = _convert(name, np.asarray(a), False, t, path)
         if a.ndim != len(t.shape) or a.ndim == 0:
             raise AdcError(f"{path}: array '{name}' has shape {a.shape}; data input {t} "
                            "needs the same rank, with the rows on the leading axis")
