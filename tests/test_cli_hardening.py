@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import io
+import os
 import re
 import zipfile
 from pathlib import Path
@@ -429,9 +430,25 @@ def test_nan_in_inputs_is_named(tmp_path, capsys):
 
 
 @pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
-def test_endless_program_file_refused_at_the_limit(capsys):
+def test_endless_program_file_refused(tmp_path, capsys):
     rc, err = adc(["run", "/dev/zero", "--max-memory", "4MiB"], capsys)
-    assert rc == 1 and "reading '/dev/zero' (read so far) would need" in err
+    assert rc == 1 and "program '/dev/zero' is a device, not a file" in err
+    fifo = tmp_path / "prog.tdsl"   # a pipe is read, up to the limit
+    os.mkfifo(fifo)
+    pid = os.fork()
+    if pid == 0:   # the writer: endless
+        try:
+            with open(fifo, "wb") as f:
+                while True:
+                    f.write(b"#" * 65536)
+        finally:
+            os._exit(0)
+    try:
+        rc, err = adc(["run", fifo, "--max-memory", "4MiB"], capsys)
+    finally:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    assert rc == 1 and f"reading program '{fifo}' (read so far) would need" in err
 
 
 def test_inputs_file_larger_than_the_limit(tmp_path, capsys):

@@ -51,8 +51,9 @@ def load(source: Source) -> Module:
             isinstance(source, str) and "\n" not in source and "{" not in source):
         path = os.fspath(source)
         if path_kind(path) == "ir":
-            with open(path, encoding="utf-8") as f:
-                return parse_ir(f.read(), path)
+            from ..files.read import read_bytes
+            from ..frontend import decode
+            return parse_ir(decode(read_bytes(path, "program"), path), path)
         return compile_file(path)
     if isinstance(source, str):
         return parse_ir(source) if text_kind(source) == "ir" else parse_tdsl(source)

@@ -54,14 +54,8 @@ def read_source(path: str) -> str | None:
 
 def load_module(path: str) -> Module:
     """Parse `path`: IR text for ``.ir``/``.adcir`` files, TDSL otherwise."""
-    from ..memory.limit import read_within_limit
-    try:
-        with open(path, "rb") as f:
-            raw = read_within_limit(f, f"reading '{path}'")
-    except FileNotFoundError:
-        raise AdcError(f"no such file: '{path}'") from None
-    except OSError as e:
-        raise AdcError(f"cannot read '{path}': {e.strerror}") from None
+    from ..files.read import read_bytes
+    raw = read_bytes(path, "program", f"no such file: '{path}'")
     from ..frontend import compile_file, path_kind
     if path_kind(path) == "ir":
         from ..ir.parser import parse_module

@@ -38,16 +38,8 @@ def load_data(path: str) -> dict[str, tuple[np.ndarray, bool]]:
 
 
 def _read_bytes(path: str, what: str) -> bytes:
-    if not os.path.exists(path):
-        raise AdcError(f"{what} '{path}' does not exist")
-    if os.path.isdir(path):
-        raise AdcError(f"{what} '{path}' is a directory, not a file")
-    from ..memory.limit import read_within_limit
-    try:
-        with open(path, "rb") as f:
-            return read_within_limit(f, f"reading {what} '{path}'")
-    except OSError as e:
-        raise AdcError(f"cannot read {what} '{path}': {e.strerror}") from None
+    from .read import read_bytes
+    return read_bytes(path, what)
 
 
 def _convert(name: str, arr: np.ndarray, from_json: bool, t: TensorType, path: str):

@@ -1,4 +1,9 @@
-"""Reading arrays from the user's data files (``.npz`` and ``.json``) without trusting them.
+"""Reading the user's files without trusting them: programs, data files (``.npz`` and
+``.json``) and checkpoints.
+
+`read_bytes` refuses a directory or a device (``/dev/zero``, or a link to it named like a
+checkpoint, would be read until the memory ran out) before reading, and reads anything
+else (a regular file, a pipe) only up to the memory limit.
 
 The rules are the runtime's (`adc_runtime.datafiles`, which an emitted program run as a
 script reads its inputs with); here an array larger than the memory limit (`memory.limit`)
@@ -7,13 +12,37 @@ compiler's errors are (``FILE:LINE:COL`` with the line and a caret).
 """
 from __future__ import annotations
 
+import os
+import stat
+
 import numpy as np
 
 from adc_runtime.datafiles import JsonSyntaxError, read_json_arrays as _json_arrays
 from adc_runtime.datafiles import read_npz as _npz
 
 from ..diagnostics import AdcError, Loc
-from ..memory.limit import check_fits
+from ..memory.limit import check_fits, read_within_limit
+
+
+def read_bytes(path: str, what: str, missing: str | None = None) -> bytes:
+    """The bytes of the file `what` at `path` (module docstring); every failure is an
+    `AdcError` naming it (`missing`: the message when there is no such file)."""
+    try:
+        st = os.stat(path)   # follows links: a link to /dev/zero is the device
+    except FileNotFoundError:
+        raise AdcError(missing or f"{what} '{path}' does not exist") from None
+    except OSError as e:
+        raise AdcError(f"cannot read {what} '{path}': {e.strerror}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise AdcError(f"{what} '{path}' is a directory, not a file")
+    if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+        raise AdcError(f"{what} '{path}' is a device, not a file")
+    try:
+        with open(path, "rb") as f:
+            return read_within_limit(f, f"reading {what} '{path}'")
+    except OSError as e:
+        raise AdcError(f"cannot read {what} '{path}': {e.strerror}") from None
+
 
 def read_npz(raw: bytes, path: str) -> dict[str, np.ndarray]:
     """The arrays of an ``.npz`` archive by name (the member name without ``.npy``)."""

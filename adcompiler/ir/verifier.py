@@ -9,7 +9,9 @@ location; `verify_errors(module)` returns every problem found. Checked:
   ``yield``; neither appears anywhere else;
 * structural ops (``for``, ``repeat``, ``call``, ``fused``, the terminators): their own
   `verify` rule (`adcompiler.ops.structural`), which reports through `_Checker.fail`;
-* registry ops: options complete and result types equal to the op's type rule.
+* registry ops: options complete, each of its declared kind (`registry.Option.problem`),
+  and result types equal to the op's type rule;
+* annotations (``recompute``) are bools.
 """
 from __future__ import annotations
 
@@ -137,6 +139,8 @@ class _Checker:
 
     # -- ops ---------------------------------------------------------------------------
     def op(self, op: Op) -> None:
+        if op.attrs:
+            self.annotations(op)
         structural = registry.STRUCTURAL.get(op.name)
         if structural is not None:
             structural.verify(self, op)
@@ -144,6 +148,12 @@ class _Checker:
             self.registry_op(op, registry.REGISTRY[op.name])
         else:
             self.fail(op, "is not a registered op")
+
+    def annotations(self, op: Op) -> None:
+        for k in ANNOTATION_ATTRS & op.attrs.keys():
+            if not isinstance(op.attrs[k], bool):
+                self.fail(op, f"annotation '{k}' must be true or false, got "
+                              f"{op.attrs[k]!r}")
 
     def registry_op(self, op: Op, opdef: registry.OpDef) -> None:
         if op.regions:
@@ -172,6 +182,11 @@ class _Checker:
         except AdcError as e:
             self.fail(op, e.message)
             return None
+        for k, v in attrs.items():
+            why = opdef.option(k).problem(v)
+            if why:
+                self.fail(op, why)
+                return None
         missing = [k for k in complete if k not in attrs]
         if missing:
             self.fail(op, f"lacks the option{'s' if len(missing) > 1 else ''} "

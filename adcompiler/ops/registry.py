@@ -86,12 +86,78 @@ class Option:
 
     ``int``, ``float``, ``bool``, ``str``, ``dtype``, ``axes`` (int, list of ints or None),
     ``ints`` (list of ints), ``shape`` (list of dims; ints or symbolic names), ``dim``
-    (one dimension), ``number`` (int or float).
+    (one dimension), ``number`` (int or float), ``spatial`` (an int or one per spatial
+    axis), ``padding`` (as spatial, or a string), ``idx`` (an index list). `problem`
+    checks a value against the kind.
     """
 
     name: str
     kind: str
     default: Any = REQUIRED
+
+    def problem(self, value) -> str | None:
+        """What is wrong with `value` for this option's kind (None: nothing): the check
+        of the kind alone, before the type rule checks the value against the operands
+        (an IR file may hold any value, e.g. ``keepdims = "yes"``)."""
+        if value is None and self.default is None:
+            return None
+        ok = _KINDS.get(self.kind)
+        if ok is None or ok[0](value):
+            return None
+        return f"option '{self.name}' must be {ok[1]}, got {_shown(value)}"
+
+
+def _int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _real(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _dim(v) -> bool:
+    if _int(v):
+        return v >= 0
+    if not isinstance(v, str):
+        return False
+    from ..ir.types import parse_dim
+    try:
+        parse_dim(v)
+    except ValueError:
+        return False
+    return True
+
+
+def _ints(v) -> bool:
+    return isinstance(v, (list, tuple)) and all(map(_int, v))
+
+
+def _shown(v) -> str:
+    text = repr(v) if not isinstance(v, str) else '"' + v + '"'
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+_DTYPE_NAMES = ("f16", "f32", "f64", "i32", "i64", "bool")
+# kind -> (test, what it takes); kinds whose values only the type rule can judge (an
+# index list, say) test their outer form only
+_KINDS = {
+    "int": (_int, "an int"),
+    "float": (_real, "a number"),
+    "number": (lambda v: _real(v) or isinstance(v, bool), "a number"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "str": (lambda v: isinstance(v, str), "a string"),
+    "dtype": (lambda v: v in _DTYPE_NAMES and isinstance(v, str),
+              "a dtype (" + ", ".join(_DTYPE_NAMES) + ")"),
+    "axes": (lambda v: v is None or _int(v) or _ints(v), "an int, a list of ints or none"),
+    "ints": (_ints, "a list of ints"),
+    "shape": (lambda v: isinstance(v, (list, tuple)) and all(map(_dim, v)),
+              "a list of dimensions (ints >= 0 or symbolic sizes)"),
+    "dim": (_dim, "a dimension (an int >= 0 or a symbolic size)"),
+    "spatial": (lambda v: _int(v) or _ints(v), "an int or a list of ints"),
+    "padding": (lambda v: _int(v) or _ints(v) or isinstance(v, str),
+                'an int, a list of ints, "same" or "valid"'),
+    "idx": (lambda v: isinstance(v, (list, tuple)), "an index list"),
+}
 
 
 @dataclass(frozen=True)

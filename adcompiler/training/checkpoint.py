@@ -11,8 +11,6 @@ leaves the previous checkpoint whole.
 from __future__ import annotations
 
 import json
-import os
-import zipfile
 from typing import Any, Mapping
 
 import numpy as np
@@ -77,25 +75,22 @@ def save(path: str, params: Mapping[str, np.ndarray], state: Any, meta: dict) ->
 
 
 def load(path: str) -> tuple[dict, dict, dict]:
-    """``(params, flat_state, meta)`` of a checkpoint; a file that is not one, or that holds
-    pickled objects, is an `AdcError` naming it."""
-    if not os.path.exists(path):
-        raise AdcError(f"checkpoint '{path}' does not exist")
-    if not zipfile.is_zipfile(path):
-        raise AdcError(f"cannot read checkpoint '{path}': not an .npz archive")
+    """``(params, flat_state, meta)`` of a checkpoint; a file that is not one (a device, a
+    folder, not an archive, pickled objects, an array past the memory limit by its header,
+    no valid `meta`) is an `AdcError` naming it; `check_meta` checks the fields a training run
+    reads."""
+    from ..files.read import read_bytes, read_npz
+    raw = read_bytes(path, "checkpoint")
     try:
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except ValueError as e:
-        if "pickle" in str(e):
+        arrays = read_npz(raw, path)
+    except AdcError as e:
+        if "Python objects" in e.message:
             raise AdcError(f"checkpoint '{path}' holds pickled objects; refusing to load it "
                            "(checkpoints hold plain arrays only)") from None
-        raise AdcError(f"cannot read checkpoint '{path}': {e}") from None
-    except (OSError, zipfile.BadZipFile, EOFError) as e:
-        raise AdcError(f"cannot read checkpoint '{path}': {e}") from None
+        raise AdcError(f"cannot read checkpoint '{path}': {e.message}") from None
     try:
         meta = json.loads(str(arrays.pop("meta")))
-        assert meta.get("format") == FORMAT
+        assert isinstance(meta, dict) and meta.get("format") == FORMAT
     except Exception:
         raise AdcError(f"'{path}' is not an adc training checkpoint (no valid 'meta' "
                        "entry)") from None
@@ -105,6 +100,40 @@ def load(path: str) -> tuple[dict, dict, dict]:
     params = {k[6:]: v for k, v in arrays.items() if k.startswith("param/")}
     state = {k[6:]: v for k, v in arrays.items() if k.startswith("state/")}
     return params, state, meta
+
+
+def _count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+# the fields of `meta` and what each must hold
+_FIELDS = {"step": (_count, "a whole number, at least 0"),
+           "epoch": (_count, "a whole number, at least 0"),
+           "batch": (_count, "a whole number, at least 0"),
+           "rng": (lambda v: isinstance(v, dict), "a random generator's state"),
+           "scaler": (lambda v: v is None or isinstance(v, dict) and _number(v.get("scale"))
+                      and _count(v.get("growth_tracker")), "none or a loss scaler's state"),
+           "model": (lambda v: isinstance(v, dict) and isinstance(v.get("fn"), str)
+                     and isinstance(v.get("params"), dict)
+                     and all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], list)
+                             and all(_count(d) for d in p[0]) and isinstance(p[1], str)
+                             for p in v["params"].values()),
+                     "the model's signature (its function and params' shapes and dtypes)")}
+
+
+def check_meta(path: str, meta: dict) -> None:
+    """Every field a resumed run reads is there and of its kind (a file edited by hand, or
+    damaged, is refused here rather than failing wherever the field is used)."""
+    for key, (ok, what) in _FIELDS.items():
+        if key not in meta:
+            raise AdcError(f"checkpoint '{path}': its metadata has no '{key}' field")
+        if not ok(meta[key]):
+            raise AdcError(f"checkpoint '{path}': its metadata field '{key}' must be {what}, "
+                           f"got {json.dumps(meta[key])[:80]}")
 
 
 def check_model(path: str, meta: dict, signature: dict) -> None:

@@ -48,12 +48,9 @@ def compile_source(text: str | bytes, filename: str = "<input>") -> Module:
 
 def compile_file(path) -> Module:
     """Compile the TDSL file at `path` (errors are located in that file)."""
+    from ...files.read import read_bytes
     name = os.fspath(path)
-    try:
-        with open(name, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise AdcError(f"cannot read {name}: {e.strerror or e}") from None
+    data = read_bytes(name, "program", f"no such file: '{name}'")
     return compile_source(decode(data, name), name)
 
 

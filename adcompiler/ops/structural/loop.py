@@ -19,6 +19,10 @@ def verify(checker, op) -> None:
             or not isinstance(rev, bool):
         checker.fail(op, "needs exactly the attrs n (dim), n_carry (int), reverse (bool)")
         return
+    why = _n_problem(n)
+    if why:
+        checker.fail(op, why)
+        return
     if len(op.regions) != 1:
         checker.fail(op, f"needs one region, has {len(op.regions)}")
         return
@@ -50,6 +54,18 @@ def verify(checker, op) -> None:
     if res != want_res:
         checker.fail(op, f"has result types {types_text(res)} but its body gives "
                          f"{types_text(want_res)}")
+
+
+def _n_problem(n) -> str | None:
+    """What is wrong with a trip count `n`: an int >= 0 or a symbolic size."""
+    from ...ir.types import parse_dim
+    if isinstance(n, int):
+        return None if n >= 0 else f"has a negative trip count n = {n}"
+    try:
+        parse_dim(n)
+    except ValueError:
+        return f"has trip count n = {n!r}, which is neither an int nor a symbolic size"
+    return None
 
 
 def flops(op, counter) -> int:
