@@ -14,6 +14,9 @@ e.g. plugins for ``adc --plugin``):
 * ```tdsl: must compile; ```ir: must parse, verify and print back identically;
 * ```json: must parse (a ```json file=NAME block is an inputs file for later commands).
 
+A ```tdsl block whose first line is ``# samples/NAME.tdsl`` shows that sample: the rest of the
+block must be in the file as written.
+
 A ```tdsl block's info string may say more (``file=NAME`` as above, default ``example.tdsl``):
 
 * ``run``: also run as ``adc run NAME --mode reverse --seed 0`` (seeded random inputs), which
@@ -22,7 +25,9 @@ A ```tdsl block's info string may say more (``file=NAME`` as above, default ``ex
   that follows shows the error as ``adc`` prints it: those lines must appear, in order and
   one after another, in what it printed.
 
-README.md belongs to the user-facing overview; only its ```python blocks are run here.
+README.md runs the same way: its ```console, ```tdsl and ```python blocks; its other blocks
+are ```sh commands run elsewhere (the Quick start by tests/test_train_samples.py) or
+```text.
 """
 from __future__ import annotations
 
@@ -226,6 +231,11 @@ def run_page(path: Path, kinds=RUNNABLE) -> int:
         elif kind == "console":
             run_console(code, where)
         elif kind == "tdsl":
+            shown = re.match(r"# (samples/\w+\.tdsl)\n", code)
+            if shown:
+                sample = (ROOT / shown.group(1)).read_text(encoding="utf-8")
+                assert code[shown.end():] in sample, \
+                    f"{where}: the block is not {shown.group(1)} as written"
             expected = None
             if fence.info.get("error"):
                 after = every[every.index(fence) + 1:]
@@ -247,8 +257,17 @@ def test_doc_examples_run(page, scratch):
     run_page(page)
 
 
-def test_readme_python_examples_run(scratch):
-    run_page(ROOT / "README.md", kinds={"python"})
+README_KINDS = {"python", "console", "tdsl"}
+
+
+def test_readme_examples_run(scratch):
+    """Every README example runs and prints what it shows; only the shell commands of the
+    Quick start and of the MPI run (tests/test_train_samples.py, tests/test_distributed.py)
+    and the layout tree are not run here."""
+    readme = ROOT / "README.md"
+    others = [f for f in fences(readme) if f.kind not in README_KINDS]
+    assert [f.kind for f in others] == ["sh", "sh", "text"], others
+    assert run_page(readme, kinds=README_KINDS) >= 10
 
 
 @pytest.mark.parametrize("name", OWN_PAGES)
