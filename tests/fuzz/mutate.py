@@ -5,7 +5,8 @@ Strategies: token edits (delete, duplicate, swap, replace, insert), character ed
 line-breaking and control characters (NUL, form feed, U+2028, ...), splices of one
 program into another, deep nesting of every construct (parentheses, unary minus, lists,
 calls, indexing, loops, ``**`` chains, long sums), huge literals, edits of printed IR
-(its tokens, its locations and attribute values), and token or character soup."""
+(its tokens, its locations, and attribute values of every kind put where another kind
+belongs), and token or character soup."""
 from __future__ import annotations
 
 import random
@@ -13,7 +14,9 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = sorted([*ROOT.glob("samples/*.tdsl"), *ROOT.glob("tests/conformance/programs/*.tdsl")])
+SEEDS = sorted(ROOT.glob("tests/fuzz/seeds/*.tdsl"))   # this round's ops and groups
+SOURCES = sorted([*ROOT.glob("samples/*.tdsl"), *ROOT.glob("tests/conformance/programs/*.tdsl"),
+                  *SEEDS])
 TOKEN = re.compile(r"\s+|#[^\n]*|[A-Za-z_][A-Za-z0-9_]*|\d+\.?\d*(?:[eE][-+]?\d+)?|"
                    r"\"[^\"\n]*\"|%[A-Za-z0-9_]+|@[A-Za-z0-9_]+|\*\*|->|<=|>=|==|!=|.", re.S)
 ODD = ["\x00", "\f", "\v", "\r", "\r\n", "\u2028", "\u2029", "\x85", "\x1c", "\t", "\ufeff",
@@ -25,6 +28,11 @@ WORDS = ["def", "grad", "tangent", "param", "for", "in", "range", "return", "tru
          "reshape", "transpose", "softmax", "take", "where", "cast", "concat", "stack",
          "axis=", "keepdims=true", "[:", "::-1]", "1:", '"ij,jk->ik"', "stop_gradient",
          "zeros", "ones", "full", "arange", "one_hot", "cross_entropy", "layernorm"]
+# attribute values of each kind, for options that take another (`attr_edits`)
+ATTR_VALUES = ["yes", "not a dim", "", "f32", "f99", "B", "none", True, False, None, 1.5, -1,
+               0, 1, 2, 3, -7, 2 ** 31, 2 ** 63, -2 ** 63 - 1, 10 ** 30, float("nan"),
+               float("inf"), -0.0, [], [1], [0, 0], ["a"], [[1]], [1.5, 2], [None], [-1, 2],
+               (), (1,), (1, "a"), (0, -1), ("B", 3), {"a": 1}, {"m.l": "L"}, {"a": [1]}]
 HUGE = ["9" * 25, "9" * 401, "1e999", "1e-999", "0." + "0" * 400 + "1", "4294967296",
         "18446744073709551616", "1000000000000", "2147483648", "65536", "0", "-0"]
 
@@ -34,11 +42,16 @@ def tokens(text: str) -> list[str]:
 
 
 class Mutator:
-    """Draws fuzz inputs from a seed: ``next_case()`` -> (kind, text), kind "tdsl" or "ir"."""
+    """Draws fuzz inputs from a seed: ``next_case()`` -> (kind, text), kind "tdsl", "ir",
+    "data" or, given a folder for its seeds, "train" (`train_cases`)."""
 
     def __init__(self, seed: int, ir_texts: list[str] | None = None,
-                 sizes: tuple[int, ...] = (10, 50, 100, 300)):
+                 sizes: tuple[int, ...] = (10, 50, 100, 300), train_dir=None):
         self.rng = random.Random(seed)
+        self.train = None
+        if train_dir is not None:
+            from train_cases import TrainCases
+            self.train = TrainCases(random.Random(seed + 2), Path(train_dir))
         self.sizes = sizes  # of the nesting strategy
         self.texts = [p.read_text(encoding="utf-8") for p in SOURCES]
         self.ir = ir_texts or []
@@ -120,14 +133,45 @@ class Mutator:
         alphabet = "abcdefxyz_019()[]{},:;=+-*/@<>.\"# \n\t"
         return "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 200)))
 
+    def attr_edits(self, text: str) -> str:
+        """Printed IR with attribute values replaced by values of any kind: of an op's
+        options (`keepdims = "yes"`, `n = "not a dim"` on a loop, a string `value` of a
+        constant) or of a function (`stacked`, `wrt`)."""
+        from adcompiler.ir.parser import parse_module
+        from adcompiler.ir.printer import print_module
+        rng = self.rng
+        module = parse_module(text)
+        owners = []   # ops and functions, whose attrs are replaced (never changed)
+        for f in module.functions.values():
+            owners.append(f)
+            stack = list(f.body.ops)
+            while stack:
+                op = stack.pop()
+                owners.append(op)
+                stack.extend(o for r in op.regions for o in r.ops)
+        with_attrs = [o for o in owners if o.attrs]
+        for _ in range(rng.randint(1, 3)):
+            owner = rng.choice(with_attrs) if with_attrs and rng.random() < 0.9 else \
+                rng.choice(owners)
+            key = rng.choice(list(owner.attrs)) if owner.attrs and rng.random() < 0.85 else \
+                rng.choice(["n", "axis", "keepdims", "value", "dtype", "shape", "stride",
+                            "recompute", "stacked", "extra"])
+            owner.attrs = {**owner.attrs, key: rng.choice(ATTR_VALUES)}
+        try:
+            return print_module(module)
+        except TypeError:   # a value the printer cannot write: not an IR file
+            return text
+
     def ir_edits(self, text: str) -> str:
         rng = self.rng
         r = rng.random()
-        if r < 0.5:
+        if r < 0.35:
+            return self.attr_edits(text)
+        if r < 0.6:
             return self.token_edits(text, tokens(text) + WORDS + HUGE)
-        if r < 0.7:
+        if r < 0.75:
             return self.char_edits(text)
-        if r < 0.85:  # a huge number in a location or an attribute
+        if r < 0.88:  # a huge number in a location or an attribute
             return re.sub(r":(\d+):(\d+)\)", lambda m: f":{rng.choice(HUGE)}:{m[2]})",
                           text, count=1)
         n = rng.choice([10, 70, 1000, 50000])  # attribute nesting: refused beyond 64
@@ -170,11 +214,18 @@ class Mutator:
 
     def next_case(self) -> tuple[str, str]:
         rng = self.rng
-        if self.ir and rng.random() < 0.15:
+        if self.ir and rng.random() < 0.2:
             return "ir", self.ir_edits(rng.choice(self.ir))
+        if self.train is not None and rng.random() < 0.15:
+            return "train", self.train.case(self.tdsl_edit)
         if rng.random() < 0.1:
             return "data", self.data()
         return "tdsl", self.tdsl_case()
+
+    def tdsl_edit(self, text: str) -> str:
+        """`text` with token or character edits."""
+        return self.token_edits(text, self.pool) if self.rng.random() < 0.7 else \
+            self.char_edits(text)
 
     def tdsl_case(self) -> str:
         """TDSL text: a program mutated by one of the strategies, or a nested one."""

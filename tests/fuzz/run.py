@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from mutate import SOURCES, Mutator  # noqa: E402
+from mutate import SEEDS, SOURCES, Mutator  # noqa: E402
 from target import check  # noqa: E402
 
 
@@ -27,7 +27,7 @@ def ir_texts() -> list[str]:
     from adcompiler.cli.compile import compile_program
     from adcompiler.ir.printer import print_module
     out = []
-    for p in SOURCES[:8]:
+    for p in [*SOURCES[:8], *SEEDS]:
         for mode in ("forward", "reverse"):
             try:
                 out.append(print_module(compile_program(str(p), mode).module))
@@ -43,12 +43,12 @@ def fuzz(count: int, seed: int, limit: float = 30.0, failures: Path | None = Non
     (outcome counts, failures)."""
     import numpy as np
     np.seterr(all="ignore")
-    mutator = Mutator(seed, ir_texts(), sizes)
     rng = random.Random(seed + 1)
     counts: Counter = Counter()
     found = []
     start = time.time()
     with tempfile.TemporaryDirectory(prefix="adc-fuzz-") as tmp:
+        mutator = Mutator(seed, ir_texts(), sizes, train_dir=Path(tmp) / "train-seeds")
         for k in range(count):
             kind, text = mutator.next_case()
             outcome, failure = check(rng, kind, text, Path(tmp), limit)
@@ -66,7 +66,8 @@ def fuzz(count: int, seed: int, limit: float = 30.0, failures: Path | None = Non
 
 def _save(folder: Path, n: int, f) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    suffix = ".ir" if f.argv[1].endswith(".ir") else ".tdsl"
+    suffix = ".json" if f.text.startswith('{"argv"') else \
+        ".ir" if f.argv[1].endswith(".ir") else ".tdsl"
     (folder / f"{n:05d}-{f.oracle}{suffix}").write_bytes(
         f.text.encode("utf-8", errors="surrogatepass"))
     (folder / f"{n:05d}-{f.oracle}.txt").write_text(

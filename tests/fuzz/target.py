@@ -1,6 +1,7 @@
 """The fuzz target: one input through one ``adc`` command, in process, under a time limit.
 
-Oracles: the exit status is 0, 1 or 2, never 3 (an internal error); no traceback; an
+Oracles: the exit status is 0, 1 or 2, never 3 (an internal error); no traceback; no input
+file of the command changed (an output written over an input); an
 error located in the input shows the input's line at that number and a caret inside it; a
 program that compiles to IR text prints, parses and prints back to the same text; the
 command ends within the time limit (a run of a loop with a huge trip count is "slow", not
@@ -133,10 +134,34 @@ def _roundtrip_problem(out: str) -> str | None:
     return None
 
 
+def _train_case(text: str, work: Path) -> tuple[list[str], dict[str, bytes]]:
+    """The arguments of a train case, its files written to a fresh folder (with a link to
+    /dev/zero that looks like a checkpoint); returns them and the inputs' bytes."""
+    import base64
+    import json
+    import os
+    import shutil
+    case = json.loads(text)
+    folder = work / "case"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()
+    os.symlink("/dev/zero", folder / "link.npz")
+    inputs = {}
+    for name, b64 in case["files"].items():
+        raw = base64.b64decode(b64)
+        (folder / name).write_bytes(raw)
+        inputs[str(folder / name)] = raw
+    return [a.replace("{dir}", str(folder)) for a in case["argv"]], inputs
+
+
 def check(rng, kind: str, text: str, work: Path, limit: float = 30.0) -> tuple[str, Failure | None]:
     """Run `text` through one random command; returns (outcome, failure or None). Outcomes:
     ``ok``, ``error`` (exit 1), ``usage`` (exit 2), ``slow``, or the failed oracle."""
-    if kind == "data":  # a sample program run on a damaged input file
+    inputs: dict[str, bytes] = {}
+    if kind == "train":   # `adc train` with its files (`train_cases`)
+        argv, inputs = _train_case(text, work)
+        path = argv[1]
+    elif kind == "data":  # a sample program run on a damaged input file
         prog, data = text.split("\0", 1)
         suffix = ".npz" if data.startswith("PK") else ".json"
         path = str(work / f"in{suffix}")
@@ -162,7 +187,10 @@ def check(rng, kind: str, text: str, work: Path, limit: float = 30.0) -> tuple[s
         problem = ("internal", err[-2000:])
     elif "Traceback" in err or "Traceback" in out:
         problem = ("traceback", err[-2000:])
-    elif rc == 1:
+    elif any(Path(p).read_bytes() != b for p, b in inputs.items()):
+        problem = ("clobbered", "an input file was changed: " + ", ".join(
+            p for p, b in inputs.items() if Path(p).read_bytes() != b))
+    elif rc == 1 and kind != "train":
         why = _caret_problem(err, path, text)
         if why:
             problem = ("caret", f"{why}\n{err[:2000]}")
