@@ -72,8 +72,10 @@ def _common(p: argparse.ArgumentParser, inputs: bool = True) -> None:
     p.add_argument("--bind", metavar="DIM=SIZE", type=_bind, action="append", default=[],
                    help="size of a symbolic dimension, e.g. --bind B=32 (repeatable)")
     if inputs:
-        p.add_argument("--inputs", metavar="IN", help="input arrays by name: .npz or .json "
-                       "(default: seeded random inputs, see --seed)")
+        p.add_argument("--inputs", metavar="IN", action="append",
+                       help="input arrays by name: .npz or .json; repeat it to merge several "
+                            "files, each input in one of them (default: seeded random inputs, "
+                            "see --seed)")
         p.add_argument("--seed", metavar="N", type=nonneg_int, default=0,
                        help="seed of the random inputs drawn without --inputs (default 0): "
                             "floats ~ N(0, 1); integers in [0, n) where they feed "

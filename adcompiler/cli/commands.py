@@ -24,12 +24,9 @@ def _note(msg: str) -> None:
 
 def load_or_draw_inputs(args, fn, binder) -> dict:
     """Load and check --inputs, or draw seeded random ones (and say so)."""
-    from ..files.inputs import (check_index_ranges, check_inputs, load_data, random_inputs,
-                             require_bound)
+    from ..files.inputs import random_inputs, read_inputs, require_bound
     if args.inputs:
-        inputs = check_inputs(fn, load_data(args.inputs), args.inputs, binder)
-        require_bound(fn, binder)
-        check_index_ranges(fn, inputs, binder.env, args.inputs)
+        inputs = read_inputs(fn, args.inputs, binder, args.seed)
     else:
         inputs, dims = random_inputs(fn, binder, args.seed)
         extra = f"; unbound dimensions set to {', '.join(dims)}" if dims else ""

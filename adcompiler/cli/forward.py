@@ -119,11 +119,11 @@ def _np_dtype(dtype: str):
 
 
 def _inputs(args, fn, binder, inputs_for):
-    from ..files.inputs import check_inputs, load_data, random_inputs
+    from ..files.inputs import random_inputs, read_inputs
     if inputs_for is not None:
         return inputs_for(args, fn, binder)
     if getattr(args, "inputs", None):
-        return check_inputs(fn, load_data(args.inputs), args.inputs, binder)
+        return read_inputs(fn, args.inputs, binder, getattr(args, "seed", 0))
     return random_inputs(fn, binder, getattr(args, "seed", 0))[0]
 
 

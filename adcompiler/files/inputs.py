@@ -9,16 +9,18 @@ integer inputs.
 from __future__ import annotations
 
 import os
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from adc_runtime.inputs import dim_conflict, shape_error
+from adc_runtime.random import seed_key
 
 from ..diagnostics import AdcError, Loc, RunError
 from ..ir.core import Function
 from ..ir.types import NUMPY_DTYPE, TensorType, dim_symbols, is_symbol, resolve_dim
 from ..labels import index_bounds
+from ..ops.random import key_input
 from ..ops.registry import has_trait
 
 RANDOM_INT_HIGH = 2      # integer inputs with no known range are drawn from [0, 2)
@@ -35,6 +37,37 @@ def load_data(path: str) -> dict[str, tuple[np.ndarray, bool]]:
     if path.endswith(".json"):
         return {k: (v, True) for k, v in read_json_arrays(raw, path).items()}
     return {k: (v, False) for k, v in read_npz(raw, path).items()}
+
+
+def load_files(paths: str | Sequence[str]) -> tuple[dict, dict[str, str]]:
+    """The arrays of one or more inputs files merged by name (as `load_data`), and the file
+    each came from; a name in two files is an error naming both."""
+    data: dict = {}
+    origin: dict[str, str] = {}
+    for path in [paths] if isinstance(paths, str) else paths:
+        for name, value in load_data(path).items():
+            if name in origin:
+                raise AdcError(f"input '{name}' is in two inputs files, '{origin[name]}' and "
+                               f"'{path}': give each input once")
+            data[name], origin[name] = value, path
+    return data, origin
+
+
+def read_inputs(fn: Function, paths: str | Sequence[str], binder: "DimBinder",
+                seed: int = 0) -> dict:
+    """`fn`'s inputs from one or more inputs files (`load_files`), checked by `check_inputs`,
+    their symbolic dimensions bound and integer labels checked against their ranges."""
+    data, origin = load_files(paths)
+    label = files_label(paths)
+    inputs = check_inputs(fn, data, label, binder, origin, seed)
+    require_bound(fn, binder)
+    check_index_ranges(fn, inputs, binder.env, label)
+    return inputs
+
+
+def files_label(paths: str | Sequence[str]) -> str:
+    """How messages name one or several inputs files."""
+    return paths if isinstance(paths, str) else ", ".join(paths)
 
 
 def _read_bytes(path: str, what: str) -> bytes:
@@ -83,25 +116,51 @@ class DimBinder:
             raise bad()
 
 
-def check_inputs(fn: Function, data: dict, path: str, binder: DimBinder) -> dict:
-    """Validate loaded `data` against `fn`'s inputs; returns arrays of the declared dtypes."""
+def check_inputs(fn: Function, data: dict, path: str, binder: DimBinder,
+                 origin: Mapping[str, str] | None = None, seed: int = 0) -> dict:
+    """Validate loaded `data` against `fn`'s inputs; returns arrays of the declared dtypes.
+    Messages name `path`, or the file `origin` says an input came from. The key input of a
+    function that draws random values is the key of `seed` unless `data` holds it."""
     from .paths import join_loaded
     data = join_loaded(fn, data, path)   # the layers of stacked groups, stacked
     names = fn.arg_names
+    where = dict(origin or {})
     for key in data:
         if key not in names:
             # fn may be a derived program (f_grad): list the inputs, not its name
-            raise AdcError(f"{path}: unknown input '{key}' (the inputs are "
+            raise AdcError(f"{where.get(key, path)}: unknown input '{key}' (the inputs are "
                            f"{', '.join(names) or 'none'})")
     out = {}
     for arg in fn.args:
+        if arg.name not in data and arg is key_input(fn):
+            out[arg.name] = seed_array(seed)
+            continue
+        if arg.name not in data and arg.name in fn.attrs.get("state", ()):
+            out[arg.name] = state_array(fn, arg, binder.env)   # its initial value
+            continue
         if arg.name not in data:
             raise AdcError(f"{path}: missing input '{arg.name}' ({arg.type})")
         arr, from_json = data[arg.name]
-        arr = _convert(arg.name, np.asarray(arr), from_json, arg.type, path)
-        binder.check_shape(arg.name, arr.shape, arg.type, path)
+        at = where.get(arg.name, path)
+        arr = _convert(arg.name, np.asarray(arr), from_json, arg.type, at)
+        binder.check_shape(arg.name, arr.shape, arg.type, at)
         out[arg.name] = arr
     return out
+
+
+def seed_array(seed: int) -> np.ndarray:
+    """The key of `seed`, as the key input of a function that draws takes it."""
+    try:
+        return np.asarray(seed_key(seed), dtype=np.int64)
+    except ValueError as e:
+        raise AdcError(f"--seed: {e}") from None
+
+
+def state_array(fn: Function, arg, env: Mapping[str, int]) -> np.ndarray:
+    """The initial value of state input `arg` (``state v: f32[C] = 1``; default 0)."""
+    shape = tuple(resolve_dim(d, env) for d in arg.type.shape)
+    return np.full(shape, fn.attrs.get("state_init", {}).get(arg.name, 0),
+                   dtype=NUMPY_DTYPE[arg.type.dtype])
 
 
 def function_symbols(fn: Function) -> list[str]:
@@ -159,6 +218,12 @@ def random_inputs(fn: Function, binder: DimBinder, seed: int) -> tuple[dict, lis
     out = {}
     for arg in fn.args:
         t = arg.type
+        if arg is key_input(fn):
+            out[arg.name] = seed_array(seed)
+            continue
+        if arg.name in fn.attrs.get("state", ()):
+            out[arg.name] = state_array(fn, arg, binder.env)
+            continue
         shape = tuple(resolve_dim(d, binder.env) for d in t.shape)
         dtype = np.dtype(NUMPY_DTYPE[t.dtype])
         if t.is_float:
