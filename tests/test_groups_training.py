@@ -201,3 +201,35 @@ def test_wrt_a_single_layer_is_refused():
     assert expand_wrt(fn, ["layers"]) == ["layers.W", "layers.c", "layers.g", "layers.b"]
     with pytest.raises(AdcError, match="one layer of a stacked group"):
         expand_wrt(fn, ["layers.1.W"])
+
+
+def _layers(rng):
+    return {"layers": [{"W": (rng.normal(size=(4, 4)) / 2).astype("f4"),
+                        "c": np.zeros(4, "f4"), "g": np.ones(4, "f4"),
+                        "b": np.zeros(4, "f4")} for _ in range(3)]}
+
+
+def test_grad_takes_and_returns_nested_params():
+    rng = np.random.default_rng(2)
+    params = _layers(rng)
+    x, y = rng.normal(size=(5, 4)).astype("f4"), rng.normal(size=(5, 4)).astype("f4")
+    value, grads = adc.value_and_grad(STACK)(params, x=x, y=y)
+    assert len(grads["layers"]) == 3 and grads["layers"][1]["W"].shape == (4, 4)
+    # the same gradients as the stacked inputs by name
+    flat = {f"layers.{k}": np.stack([p[k] for p in params["layers"]]) for k in "Wcgb"}
+    v2, g2 = adc.value_and_grad(STACK, wrt=[f"layers.{k}" for k in "Wcgb"])(x=x, y=y, **flat)
+    assert value == v2
+    np.testing.assert_array_equal(g2[0][2], grads["layers"][2]["W"])
+
+
+def test_train_step_takes_and_returns_nested_params():
+    rng = np.random.default_rng(3)
+    params = _layers(rng)
+    step = adc.train_step(STACK, "sgd:lr=0.1")
+    state = step.init(params)
+    batch = {"x": rng.normal(size=(5, 4)).astype("f4"),
+             "y": rng.normal(size=(5, 4)).astype("f4")}
+    new, state, metrics = step(params, state, batch)
+    assert isinstance(new["layers"], list) and new["layers"][0]["W"].shape == (4, 4)
+    assert float(metrics["grad_norm"]) > 0
+    assert not np.array_equal(new["layers"][0]["W"], params["layers"][0]["W"])

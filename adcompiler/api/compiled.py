@@ -109,7 +109,27 @@ class Compiled:
         if params is None:
             named = self.bind(args, kwargs)
             return self.finish(self.call(named), named)
+        from ..files.paths import is_nested
+        if is_nested(params):   # nested dicts and lists, keyed by path: returned so
+            return self._call_with_tree(params, args, kwargs)
         return self._call_with_params(dict(params), args, kwargs)
+
+    def _call_with_tree(self, params, args: tuple, kwargs: dict) -> Any:
+        """`params` as nested dicts and lists (a pytree) whose leaves are the inputs' paths
+        (``{"m": {"blocks": [{"W": ...}, ...]}}``); the gradients come back the same way."""
+        from ..files.paths import flat_paths, join, nest, split, stacks_of
+        fn = self.module[self.fn_name]
+        flat = join(fn, flat_paths(params), "params", self.inputs)
+        out = self._call_with_params(flat, args, kwargs)
+        stacks, names = stacks_of(fn), set(self.inputs)
+
+        def renest(x):
+            if isinstance(x, dict) and x and set(x) <= names:
+                return nest(split(stacks, x))
+            if isinstance(x, tuple):
+                return tuple(renest(v) for v in x)
+            return x
+        return renest(out)
 
     def _call_with_params(self, params: dict, args: tuple, kwargs: dict) -> Any:
         """Inputs from the dict `params` and the rest; a gradient built without an explicit

@@ -141,6 +141,7 @@ class CompiledStep:
         """The initial state for `params`: the counter ``step`` = 0, zeros for every
         optimizer slot (torch's lazily created state, made up front), and each state input
         of the program at its declared initial value unless `model_state` gives it."""
+        params = self._flat(params)
         self._check("params", params, self.params)
         attrs = self.module[self.fn_name].attrs
         xp, slot_of, given = self._xp, attrs["slot_of"], dict(model_state or {})
@@ -181,6 +182,9 @@ class CompiledStep:
                  batch: Mapping[str, Any]) -> tuple[dict, dict, dict]:
         keys = self._keys
         if params.keys() != keys["params"]:
+            from ..files.paths import is_nested
+            if is_nested(params):
+                return self._call_tree(params, state, batch)
             self._check("params", params, self.params)
         if state.keys() != keys["state"]:
             self._check("state", state, self.state_names)
@@ -217,6 +221,19 @@ class CompiledStep:
         n = len(self.params)
         return (dict(zip(self.params, returned[:n])), dict(zip(self.state_names, returned[n:])),
                 dict(zip(self._metric_names, self._pick_metrics(outs))))
+
+    def _flat(self, params: Mapping[str, Any]) -> Mapping[str, Any]:
+        """`params` by input name: nested dicts and lists by path (`files.paths`) joined."""
+        from ..files.paths import flat_paths, is_nested, join
+        if not is_nested(params):
+            return params
+        return join(self.module[self.fn_name], flat_paths(params), "params", self.params)
+
+    def _call_tree(self, params, state, batch) -> tuple:
+        """A step on parameters given as nested dicts and lists, returned the same way."""
+        from ..files.paths import nest, split, stacks_of
+        new, state, metrics = self(dict(self._flat(params)), state, batch)
+        return nest(split(stacks_of(self.module[self.fn_name]), new)), state, metrics
 
     def _count_unfused(self, seconds: float) -> None:
         """Add a call's time; past `FUSE_AFTER_S`, later calls run a fusing runner (a new
