@@ -81,10 +81,12 @@ class ExportImporter:
     def dim(self, d):
         if isinstance(d, int):
             return d
-        try:
+        if type(d).__name__ == "SymInt":
+            fixed = d.node.maybe_as_int()   # int(d) would specialize the symbol
+            if fixed is not None:
+                return int(fixed)
+        else:
             return int(d)
-        except Exception:
-            pass
         key = str(d)
         if key not in self.dim_names:
             self.dim_names[key] = self.writer.names.fresh(key if key.isidentifier() else "N")

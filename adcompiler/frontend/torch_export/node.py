@@ -71,14 +71,17 @@ class TNode:
             self._read.add(name)
         if not hasattr(a, "op"):   # a Python number where a tensor may stand
             if literal and isinstance(a, (int, float)) and not isinstance(a, bool):
-                d = "f32" if isinstance(a, float) else "i64"
+                # a Python float is a double; the literal takes the tensor's dtype, as the
+                # scalar does in torch
+                d = "f64" if isinstance(a, float) else "i64"
                 return Val(_lit(a, d), TensorType(d, ()))
             self.refuse(f"argument {i} must be a tensor")
         e = self.imp.env[a.name]
         if isinstance(e, Const):
             v = e.value
             if literal and v.ndim == 0 and v.dtype.kind in "fiu" and np.isfinite(v):
-                d = "f32" if v.dtype.kind == "f" else "i64"
+                d = {"float32": "f32", "float16": "f16"}.get(str(v.dtype), "f64") \
+                    if v.dtype.kind == "f" else "i64"
                 return Val(number(v.item(), d), TensorType(d, ()))
             return self.imp.materialize(a.name, e, frozen or e.frozen)
         if isinstance(e, Multi):
@@ -94,6 +97,12 @@ class TNode:
 
     # ---- results ------------------------------------------------------------------------
     def emit(self, expr: str) -> Val:
+        if expr.isidentifier():   # a view that changes nothing: no statement
+            same = [self.imp.env[a.name] for a in self.fx.all_input_nodes
+                    if getattr(self.imp.env.get(a.name), "name", None) == expr]
+            if same:
+                self.imp.env[self.fx.name] = same[0]
+                return same[0]
         v = self.imp.write(self, [self.name], expr)[0]
         self.imp.env[self.fx.name] = v
         return v
