@@ -81,6 +81,9 @@ class Call:
 
     def lacks(self, name: str, value) -> str:
         """An option adc does not have: written as given, and the sample refused."""
+        if value is None:
+            self.refuse(f"{name}=None")
+            return f"{name}=None"
         if isinstance(value, torch.Tensor):  # a tensor option, as PyTorch's `weight=`
             self.refuse(f"{name}=<tensor>")
             return f"{name}={self.t(value)}"

@@ -31,6 +31,8 @@ class Outcome:
     status: str          # pass | refused | convention | fail | torch error
     detail: str = ""
     program: str = ""
+    reasons: tuple = ()  # what adc lacks, for a refused sample
+    checks: tuple = ()   # which comparisons ran: value, gradient, tangent, hvp
 
 
 def tdsl_type(t) -> str:
@@ -180,7 +182,8 @@ def check(info, entry, sample, index: int, second_order: bool = True) -> Outcome
             adc.function(src)
         except Exception as e:
             if _located(e):
-                return Outcome("refused", "; ".join(c.refusals) + f" -> {e}", src)
+                return Outcome("refused", "; ".join(c.refusals) + f" -> {e}", src,
+                               tuple(c.refusals))
             return Outcome("fail", f"refused without a located error: {type(e).__name__}: {e}",
                            src)
         return Outcome("fail", "adc accepted a call it was expected to refuse: "
@@ -197,7 +200,7 @@ def _compare(info, entry, sample, index, c, src, expr, names, arrays, want, seco
                                            .encode()))
     with np.errstate(all="ignore"):
         got = adc.function(src)(*arrays)
-    problems = [mismatch("value", got, want)]
+    problems, checks = [mismatch("value", got, want)], ["value"]
     wrt = [n for n in names if c.inputs[n].dtype.is_floating_point and c.inputs[n].requires_grad]
     float_out = isinstance(want, torch.Tensor) and want.dtype.is_floating_point
     if wrt and float_out and info.supports_autograd:
@@ -208,6 +211,7 @@ def _compare(info, entry, sample, index, c, src, expr, names, arrays, want, seco
             grads = pullback(ct)
         _, tgrads = ref.vjp(torch.from_numpy(ct))
         problems += [mismatch(f"grad {n}", g, tg) for n, g, tg in zip(wrt, grads, tgrads)]
+        checks += ["gradient", "tangent"]
         tangents = [rng.standard_normal(tuple(c.inputs[n].shape)) for n in wrt]
         with np.errstate(all="ignore"):
             _, tangent = adc.jvp(src, wrt=tuple(wrt))(*arrays, *tangents)
@@ -220,10 +224,11 @@ def _compare(info, entry, sample, index, c, src, expr, names, arrays, want, seco
                 h = adc.hvp(seeded, wrt=tuple(wrt))(*arrays, ct, *v)
             th = ref.hvp(torch.from_numpy(ct), [torch.from_numpy(x) for x in v])
             problems += [mismatch(f"hvp {n}", hi, ti) for n, hi, ti in zip(wrt, h, th)]
-    problems = [p for p in problems if p]
+            checks.append("hvp")
+    problems, checks = [p for p in problems if p], tuple(checks)
     if not problems:
-        return Outcome("pass", "", src)
+        return Outcome("pass", "", src, checks=checks)
     derivative_only = not problems[0].startswith("value")
     if entry.convention and entry.kink is not None and derivative_only and entry.kink(sample):
-        return Outcome("convention", "; ".join(problems), src)
-    return Outcome("fail", "; ".join(problems), src)
+        return Outcome("convention", "; ".join(problems), src, checks=checks)
+    return Outcome("fail", "; ".join(problems), src, checks=checks)

@@ -44,25 +44,27 @@ def mapped_ops(only=None):
     return [(n, infos[n], e) for n, e in MAP.items() if only is None or n in only]
 
 
-def samples(info) -> list:
-    """The float64 samples that require grad, drawn from a fixed seed."""
+def samples(info):
+    """The float64 samples that require grad, drawn from a fixed seed, as they come."""
     torch.manual_seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return list(info.sample_inputs("cpu", torch.float64, requires_grad=True))
+        yield from info.sample_inputs("cpu", torch.float64, requires_grad=True)
 
 
 def run_op(name, info, entry, pick=None, second_order=True):
     """``(counts, [(index, outcome)...] of the samples that did not pass)``; `pick`: a
-    function of the sample list choosing the indices to run (default: all)."""
-    all_samples = samples(info)
-    indices = range(len(all_samples)) if pick is None else pick(all_samples)
+    function from the ``(index, sample)`` pairs to those to run (default: all)."""
+    chosen = enumerate(samples(info))
+    if pick is not None:
+        chosen = pick(chosen)
     counts, notes = collections.Counter(), []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for i in indices:
-            out = check(info, entry, all_samples[i], i, second_order)
+        for i, sample in chosen:
+            out = check(info, entry, sample, i, second_order)
             counts[out.status] += 1
+            counts.update("checked " + k for k in out.checks)
             if out.status != "pass":
                 notes.append((i, out))
     return counts, notes
@@ -82,7 +84,23 @@ def table(rows) -> str:
     lines.append(f"| **total** ({len(rows)} OpInfos, {len({e.adc for _, e, _ in rows})} adc ops)"
                  f" | | {n} | " + " | ".join(str(total[s]) for s in STATUSES) + " |")
     share = total["pass"] / n if n else 0.0
-    return "\n".join(lines) + f"\n\npass: {total['pass']} of {n} samples ({share:.1%})\n"
+    checked = ", ".join(f"{k} {total['checked ' + k]}" for k in ("value", "gradient", "tangent",
+                                                                  "hvp"))
+    return "\n".join(lines) + (f"\n\npass: {total['pass']} of {n} samples ({share:.1%}); "
+                                f"comparisons made: {checked}\n")
+
+
+def reasons(notes_by_op) -> str:
+    """Markdown: what the refused samples use that adc lacks (a sample may count twice)."""
+    count = collections.Counter()
+    for name, notes in notes_by_op:
+        for _, out in notes:
+            for why in {r.split("=")[0] for r in out.reasons}:
+                count[(name, why)] += 1
+    lines = ["| OpInfo | refused for | samples |", "|---|---|---|"]
+    lines += [f"| `{n}` | {why} | {k} |" for (n, why), k in
+              sorted(count.items(), key=lambda item: (-item[1], item[0]))]
+    return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
@@ -95,17 +113,18 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     torch.set_num_threads(1)
     only = set(a.ops.split(",")) if a.ops else None
-    rows, fails, t0 = [], 0, time.perf_counter()
+    rows, refused, fails, t0 = [], [], 0, time.perf_counter()
     for name, info, entry in mapped_ops(only):
         counts, notes = run_op(name, info, entry, second_order=not a.no_second_order)
         rows.append((name, entry, counts))
+        refused.append((name, [(i, out) for i, out in notes if out.status == "refused"]))
         fails += counts["fail"]
         for i, out in notes:
             if out.status == "fail" or a.verbose:
                 print(f"{name}[{i}] {out.status}: {out.detail}")
                 if a.verbose and out.program:
                     print("    " + out.program.strip().replace("\n", "\n    "))
-    text = table(rows)
+    text = table(rows) + "\n" + reasons(refused)
     print(text + f"({time.perf_counter() - t0:.0f} s)")
     conventions = [(n, e.convention) for n, e, _ in rows if e.convention]
     for n, why in conventions:

@@ -35,16 +35,16 @@ def ops():
 
 
 def few(entry, per_kind=(2, 1)):
-    """Indices of the first samples adc should run and the first it should refuse."""
-    def pick(samples):
+    """The first samples adc should run and the first it should refuse."""
+    def pick(pairs):
         run, refused = [], []
-        for i, s in enumerate(samples):
+        for i, s in pairs:
             c = Call()
             try:
                 entry.translate(c, s)
             except Exception:  # the check reports it
-                return [i]
-            (refused if c.refusals else run).append(i)
+                return [(i, s)]
+            (refused if c.refusals else run).append((i, s))
             if len(run) >= per_kind[0] and len(refused) >= per_kind[1]:
                 break
         return run[:per_kind[0]] + refused[:per_kind[1]]
