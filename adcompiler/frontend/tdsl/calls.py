@@ -9,34 +9,12 @@ from __future__ import annotations
 import difflib
 
 from ...ir.core import Function
-from ...ir.types import is_symbol
 from ...ops import registry
 from . import ast
 from ...ops.random import IMPLICIT, key_input
-from .groups import GroupValue
+from .groups import GroupValue, bind_dims as _bind_dims
 from .options import ConstEval
 from .values import Multi, Weak
-
-
-def _bind_dims(want, got, subst: dict, origin: dict, name: str) -> bool:
-    """Match an argument's type `got` against the declared `want`, binding `want`'s symbolic
-    dims in `subst` (each to one dim per call); False on a mismatch."""
-    if got is None or want.dtype != got.dtype or want.rank != got.rank:
-        return False
-    new = {}
-    for w, g in zip(want.shape, got.shape):
-        if is_symbol(w):
-            have = new.get(w, subst.get(w))
-            if have is None:
-                new[w] = g
-            elif have != g:
-                return False
-        elif w != g:
-            return False
-    for k, d in new.items():
-        subst[k] = d
-        origin.setdefault(k, name)
-    return True
 
 
 _ARGUMENTS: dict[str, tuple] = {}

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from ...diagnostics import AdcError
 from ...ir.core import Value
-from ...ir.types import DTYPES, TensorType
+from ...ir.types import DTYPES, TensorType, is_symbol
 from . import ast
 
 
@@ -287,7 +287,6 @@ class GroupLowering:
     def group_args(self, e: ast.Call, fn, decls: list[Decl]):
         """The IR arguments of a call of `fn`, whose inputs `decls` include groups, and the
         callee's symbolic dims they bind."""
-        from .calls import _bind_dims
         if e.kwargs:
             raise self.error(f"function '{fn.name}' takes no keyword arguments",
                              e.kwargs[0].span)
@@ -300,7 +299,7 @@ class GroupLowering:
             if d.ref is None:
                 param = fn.arg(d.name)
                 v = self.to_type(self.value(a), param.type)
-                if not _bind_dims(param.type, getattr(v, "type", None), subst, origin,
+                if not bind_dims(param.type, getattr(v, "type", None), subst, origin,
                                   param.name):
                     raise self.error(self.arg_mismatch(fn, param, v, subst, origin), a.span)
                 args.append(v)
@@ -314,7 +313,7 @@ class GroupLowering:
                 raise self.error(f"{want}, got '{v.text}', group {v}", a.span)
             for path, t in d.leaves:
                 leaf = self.leaf(v, path, a.span)
-                if not _bind_dims(t, leaf.type, subst, origin, f"{d.name}.{path}"):
+                if not bind_dims(t, leaf.type, subst, origin, f"{d.name}.{path}"):
                     fixed = [f"{k} = {subst[k]} (from argument '{origin[k]}')"
                              for k in dict.fromkeys(x for x in t.shape if isinstance(x, str))
                              if k in subst]
@@ -323,6 +322,27 @@ class GroupLowering:
                                      f"'{v.text}.{path}' is {leaf.type}", a.span)
                 args.append(leaf)
         return args, subst
+
+
+def bind_dims(want, got, subst: dict, origin: dict, name: str) -> bool:
+    """Match an argument's type `got` against the declared `want`, binding `want`'s symbolic
+    dims in `subst` (each to one dim per call); False on a mismatch."""
+    if got is None or want.dtype != got.dtype or want.rank != got.rank:
+        return False
+    new = {}
+    for w, g in zip(want.shape, got.shape):
+        if is_symbol(w):
+            have = new.get(w, subst.get(w))
+            if have is None:
+                new[w] = g
+            elif have != g:
+                return False
+        elif w != g:
+            return False
+    for k, d in new.items():
+        subst[k] = d
+        origin.setdefault(k, name)
+    return True
 
 
 def _text(e) -> str:
