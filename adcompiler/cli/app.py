@@ -29,9 +29,6 @@ from ..diagnostics import AdcError, InternalError, render
 from ..ir.gcpause import fewer_collections
 from .argtypes import memory_size, nonneg_float, nonneg_int, plugin_name, positive_float
 
-# the options that name files to write, checked before any work (attribute -> option)
-OUTPUT_OPTIONS = {"out": "--out", "output": "--output", "stats_json": "--stats-json",
-                  "json": "--json"}
 EPILOG = "Run 'adc COMMAND --help' for the options of each command."
 
 
@@ -250,9 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     from ..memory.limit import set_limit
     set_limit(getattr(args, "max_memory", None))
     try:
-        from ..files.write import check_output
-        for attr, option in OUTPUT_OPTIONS.items():
-            check_output(getattr(args, attr, None), option)
+        from .places import check_places
+        check_places(args)
         if getattr(args, "plugin", None):
             from ..plugins import load_plugins
             load_plugins(args.plugin)

@@ -30,6 +30,16 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def _seed(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number, at least 0, got {v}")
+    return v
+
+
 def _positive_float(text: str) -> float:
     try:
         v = float(text)
@@ -63,6 +73,9 @@ def _schedule(text: str) -> tuple[str, dict]:
             raise argparse.ArgumentTypeError(
                 f"schedule '{kind}' has no option '{item}' (options: "
                 f"{', '.join(allowed[kind]) or 'none'})")
+        if key in opts:
+            raise argparse.ArgumentTypeError(f"schedule '{kind}': option '{key}' is given "
+                                             "twice; give it once")
         try:
             opts[key] = int(val) if key in ("steps", "warmup") else float(val)
         except ValueError:
@@ -109,7 +122,7 @@ def add_train_command(subparsers, common, names_list) -> None:
                         help="passes over the data (default 1)")
     length.add_argument("--steps", metavar="N", type=_positive_int,
                         help="optimizer steps to take")
-    g.add_argument("--seed", metavar="N", type=int, default=0,
+    g.add_argument("--seed", metavar="N", type=_seed, default=0,
                    help="seed of the shuffles and of --init-scheme (default 0)")
     o = p.add_argument_group("optimization")
     o.add_argument("--optimizer", metavar="NAME:K=V,...", type=_optimizer, default="adam",
@@ -235,6 +248,7 @@ def _train(args, comm) -> int:
     init = load_arrays(args.init, "--init") if args.init else None
 
     log = open_log(args.log, append=bool(args.resume)) if args.log else None
+    failed: list[str] = []   # a log or a plot that could not be written: said at the end
     bar = None
     history, val_hist = [], []
     started = time.perf_counter()
@@ -246,8 +260,27 @@ def _train(args, comm) -> int:
                            else args.progress == "on")
         bar.update(rec)
         history.append(rec)
-        if log:
+        _write_log(rec)
+
+    def _write_log(rec):
+        nonlocal log
+        if log is None:
+            return
+        try:
             log.write(rec)
+        except (OSError, AdcError) as e:   # the run goes on: its params are worth more
+            failed.append(f"--log '{args.log}': {_why(e)}")
+            print(f"adc: warning: {failed[-1]}; the log stops here", file=sys.stderr)
+            _close_log()
+
+    def _close_log():
+        nonlocal log
+        done, log = log, None
+        try:
+            done.close()
+        except (OSError, AdcError) as e:
+            if not failed:
+                failed.append(f"--log '{args.log}': {_why(e)}")
 
     def on_epoch(rec):
         losses = [r["loss"] for r in history if r["epoch"] == rec["epoch"]]
@@ -255,14 +288,14 @@ def _train(args, comm) -> int:
         parts += [f"{k} {v:.4g}" for k, v in rec.items() if k.startswith("val_")]
         if any(k.startswith("val_") for k in rec):
             val_hist.append(rec)
-            if log:
-                log.write(rec)
+            _write_log(rec)
         msg = f"epoch {rec['epoch'] + 1}: {'  '.join(parts)}"
         if comm is not None and comm.rank != 0:
             return                                 # process 0 speaks for the run
         bar.write(msg) if bar and not bar.bar.disable else print(msg, file=sys.stderr)
 
-    rows = next(iter(data.values())).shape[0] if data else 0
+    shapes = [np.shape(a) for a in data.values()]
+    rows = shapes[0][0] if shapes and shapes[0] else 0   # (a 0-d array: refused by train)
     per_step = (args.batch or rows) * args.accumulate
     total = args.steps or max(rows // max(per_step, 1), 1) * (args.epochs or 1)
     optimizer = _scheduled(args.optimizer, *args.schedule, total)
@@ -282,13 +315,11 @@ def _train(args, comm) -> int:
                 report=_report_memory if args.memory_budget or args.remat not in (None, "none")
                 else None, comm=comm, bucket_mb=args.bucket_mb,
                 on_note=lambda m: print(f"adc: {m}", file=sys.stderr))
-    finally:
+    finally:   # no drawing here: a stopped or failed run writes no plot
         if bar:
             bar.close()
         if log:
-            log.close()
-        if args.plot and history:
-            plot(args.plot, history, val_hist)
+            _close_log()
     elapsed = time.perf_counter() - started
     if args.save:
         from ..files.write import save_npz
@@ -296,9 +327,22 @@ def _train(args, comm) -> int:
         from ..files.paths import split, stacks_of
         fn = module[args.fn or module.main.name]
         save_npz(args.save, split(stacks_of(fn), {k: host(v) for k, v in result.params.items()}))
+    if args.plot and history:   # after --save: a plot that fails costs no params
+        try:
+            plot(args.plot, history, val_hist)
+        except (OSError, AdcError, ValueError, RuntimeError) as e:
+            failed.append(f"--plot '{args.plot}': {_why(e)}")
     if comm is None or comm.rank == 0:
         _summary(result, elapsed, per_step, comm)
+    if failed:
+        saved = f" (the trained params were written to '{args.save}')" if args.save else ""
+        raise AdcError(f"cannot write {'; '.join(failed)}{saved}")
     return 0
+
+
+def _why(e: Exception) -> str:
+    """The reason an output could not be written, in a few words."""
+    return getattr(e, "message", None) or getattr(e, "strerror", None) or str(e)
 
 
 def _the_loss(module, path: str, metrics) -> str | None:
@@ -338,6 +382,9 @@ def _summary(result, elapsed: float, per_step: int, comm=None) -> None:
         if seconds > 0 else ""
     line = (f"trained {len(h)} steps (to step {result.step}) in {elapsed:.2f} s{rate}; "
             f"final loss {last['loss']:.6g}, grad norm {last['grad_norm']:.4g}")
+    skipped = sum(1 for r in h if r.get("skipped"))
+    if skipped:
+        line += f"; {skipped} of them skipped by loss scaling (Inf or NaN gradients)"
     if comm is not None:
         line += f"; {comm.size} processes"
     if result.val:

@@ -103,6 +103,11 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
     split evenly over its processes; gradients all-reduced in buckets of `bucket_mb` MiB).
     """
     from .setup import prepare
+    from . import guards
+    seed = guards.check_seed(seed)
+    if resume is not None and params is not None:
+        raise AdcError("give initial params or a checkpoint to resume, not both: a resumed "
+                       "run continues from the checkpoint's params (--init with --resume)")
     run = prepare(program, fn=fn, dtype=dtype, dims=dims)
     f = run.fn
     check_loss(f)
@@ -129,6 +134,8 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
     if val is not None:
         val = check_data(f, names, val, val_name,
                          DimBinder({k: v for k, v in binder.env.items() if k not in row_dims}))
+        if rows_of(val) == 0:
+            raise AdcError(f"{val_name} has no rows: there is nothing to validate on")
     nested = params is not None and is_nested(params)
     given = {} if params is None else check_params(f, names, params, init_name, binder,
                                                    partial=True)
@@ -136,6 +143,7 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
     if drawn and params is not None and on_note is not None:
         on_note(f"{init_name} leaves out {', '.join(split_names(f, drawn))}: drawn by role "
                 f"(scheme {init_scheme})")
+    guards.check_params_fit(f, drawn, binder.env)
     params = {**draw_params(f, drawn, binder.env, init_scheme, seed, run.module), **given}
     params = {n: params[n] for n in names}
     per_epoch = rows // (batch * accumulate)
@@ -155,14 +163,24 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
         step_fn, remat = _fit_budget(run, optimizer, names, memory_budget, options)
     else:
         step_fn = run.step(optimizer, names, remat=remat, **options)
+    guards.check_step_fits(step_fn, binder.env)
     state = step_fn.init(params)
     scaler = getattr(step_fn, "scaler", None)
     signature = ckpt.model_signature(f.name, params)
     rng = np.random.default_rng(seed)
     pos = _Position(rng_state=rng.bit_generator.state)
+    plan = {"rows": rows, "batch": batch, "accumulate": accumulate}
+    kind = getattr(optimizer, "kind", str(optimizer))
     if resume is not None:
-        params, state, pos = _resume(resume, signature, scaler, state, f)
-        rng.bit_generator.state = pos.rng_state
+        params, state, pos = _resume(resume, signature, scaler, state, f,
+                                     dict(plan, optimizer=kind))
+        try:
+            rng.bit_generator.state = pos.rng_state
+        except (TypeError, ValueError, KeyError) as e:
+            raise AdcError(f"checkpoint '{resume}': its metadata field 'rng' is not a state of "
+                           f"this run's random generator ({e})") from None
+    guards.agree_on_plan(comm, dict(plan, steps=steps, bucket_mb=bucket_mb, seed=seed,
+                                    start_step=pos.step))
     batches = epoch_batches(rows, batch * accumulate, rng)
     eval_dims = {k: v for k, v in binder.env.items() if k not in row_dims}
     evaluators = {"val_loss": run.forward(f.name, device, detect_anomaly, eval_dims)}
@@ -171,11 +189,13 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
     result = TrainResult(params, state, pos.step)
     from .report import Rate
     rate = Rate()
+    skips = guards.SkipWatch()
 
     def save_checkpoint():
         meta = {"model": signature, "step": pos.step, "epoch": pos.epoch,
                 "batch": pos.batch, "rng": pos.rng_state,
-                "scaler": scaler.state() if scaler else None}
+                "scaler": scaler.state() if scaler else None, "optimizer": kind,
+                "plan": plan}
         ckpt.save(checkpoint, split(stacks_of(f), params), state, meta)   # by leaf path
 
     while pos.step < steps:
@@ -185,6 +205,8 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
         loss = _float(metrics["loss"])
         norm = _float(metrics.get("grad_norm", 0.0))
         skipped = _float(metrics.get("skipped", 0.0))   # loss scaling skips Inf gradients
+        if scaler is not None and math.isfinite(loss):
+            skips.step(bool(skipped), pos.step + 1, _float(metrics.get("loss_scale", 1.0)))
         if not math.isfinite(loss) or not (skipped or math.isfinite(norm)):
             kept = (f"; the last checkpoint '{checkpoint}' is kept" if checkpoint else "")
             what = f"the loss is {loss}" if not math.isfinite(loss) else \
@@ -217,6 +239,8 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
             batches = epoch_batches(rows, batch * accumulate, rng)
         if checkpoint and ((every and pos.step % every == 0) or pos.step == steps):
             save_checkpoint()
+    if scaler is not None:
+        skips.check_end(len(result.history))
     result.params, result.state, result.step = params, state, pos.step
     if nested:   # given as nested dicts and lists: returned so
         result.params = nest(split(stacks_of(f), {k: ckpt.host(v) for k, v in params.items()}))
@@ -301,15 +325,32 @@ def _fit_budget(run, optimizer, names, budget: int, options: dict) -> tuple:
     return best
 
 
-def _resume(path: str, signature: dict, scaler, template, fn) -> tuple:
+def _resume(path: str, signature: dict, scaler, template, fn, plan: dict) -> tuple:
+    from . import guards
     params, flat, meta = ckpt.load(path)
+    ckpt.check_meta(path, meta)
     from ..files.paths import join
     params = join(fn, params, f"checkpoint '{path}'")
     ckpt.check_model(path, meta, signature)
+    saved = meta.get("plan")
+    if isinstance(saved, dict) and {k: saved.get(k) for k in ("rows", "batch", "accumulate")} \
+            != {k: plan[k] for k in ("rows", "batch", "accumulate")}:
+        raise AdcError(f"checkpoint '{path}' was written by a run of {saved.get('rows')} rows "
+                       f"in batches of {saved.get('batch')} x {saved.get('accumulate')}, this "
+                       f"run has {plan['rows']} rows in batches of {plan['batch']} x "
+                       f"{plan['accumulate']}: resume with the data, --batch and --accumulate "
+                       "it was written with (the shuffles and the position in the epoch "
+                       "depend on them)")
+    guards.check_resume(path, meta, batches=plan["rows"] // (plan["batch"] * plan["accumulate"]),
+                        optimizer=plan["optimizer"])
+    extra = sorted(set(flat) - set(ckpt.flatten(template)))
+    if extra:
+        raise AdcError(f"checkpoint '{path}': optimizer state '{extra[0]}' is not one of this "
+                       "run's (saved with another optimizer?)")
     state = ckpt.unflatten(template, flat, path)
     if scaler is not None and meta.get("scaler"):
         scaler.load_state(meta["scaler"])
-    pos = _Position(int(meta["step"]), int(meta["epoch"]), int(meta["batch"]), meta["rng"])
+    pos = _Position(meta["step"], meta["epoch"], meta["batch"], meta["rng"])
     return params, state, pos
 
 

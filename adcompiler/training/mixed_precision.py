@@ -94,11 +94,21 @@ class MixedPrecisionStep:
             to_dtype(clone_module(module), "f16")
         scaled, name = _scaled_loss(low, fn_name, names)
         self.grad = value_and_grad(scaled, name, wrt=list(names), device=device, dims=dims)
-        executor = _executor(precision, detect_anomaly)
-        if executor is not None:
+        # --detect-anomaly: the Inf that a too large loss scale makes is what loss scaling
+        # expects (the step is skipped and the scale halves), not an anomaly; a step is run
+        # again by the checking executor only when the scaling cannot explain its Inf or NaN
+        # (`_check`)
+        self.checked = None
+        for executor, checks in ((_executor(precision, False), False),
+                                 (_executor(precision, detect_anomaly), True)):
+            if executor is None or checks and not detect_anomaly:
+                continue
             from ..api.program import with_executor
-            self.grad._runner = with_executor(self.grad.module, self.grad.fn_name, device,
-                                              executor)
+            target = self.grad
+            if checks:
+                target = self.checked = value_and_grad(scaled, name, wrt=list(names),
+                                                       device=device, dims=dims)
+            target._runner = with_executor(target.module, target.fn_name, device, executor)
         self.low = np.float16 if precision == "f16" else np.float32
         types = {n: f.arg(n).type for n in names}
         self.apply = train_step(_apply_program(types), optimizer, clip=clip, device=device,
@@ -106,6 +116,18 @@ class MixedPrecisionStep:
         self.names, self.accumulate = list(names), accumulate
         self.scaler = LossScaler()
         self.module, self.fn_name = self.apply.module, self.apply.fn_name
+
+    def _check(self, value: float, grads, inputs: dict, scale: float) -> None:
+        """With --detect-anomaly, run a micro-batch again under the checking executor (which
+        raises at the first op that makes a NaN or an Inf) when the loss is not finite (the
+        forward does not see the scale), or when a gradient is at a scale of at most 1 (no
+        scaling up to blame)."""
+        if self.checked is None:
+            return
+        if np.isfinite(value) and (scale > 1 or all(np.isfinite(np.asarray(g)).all()
+                                                    for g in grads)):
+            return
+        self.checked(**inputs, loss_scale=np.float32(scale))
 
     def init(self, params: Mapping[str, Any]) -> dict:
         return self.apply.init(params)
@@ -122,6 +144,7 @@ class MixedPrecisionStep:
             loss += float(value) / scale / k
             for n, g in zip(self.names, gs):
                 grads[n] = grads[n] + np.asarray(g, np.float32) / np.float32(scale * k)
+            self._check(float(value), gs, {**part, **low}, scale)
         found_inf = not all(np.isfinite(g).all() for g in grads.values())
         self.scaler.update(found_inf)
         if found_inf:

@@ -292,9 +292,16 @@ def parse_optimizer(text: str) -> Optimizer:
     if name not in _MAKERS:
         raise AdcError(f"unknown optimizer '{name}' (sgd, adam, adamw)")
     kwargs: dict = {}
+    given: dict[str, str] = {}   # field -> the key that set it (wd and weight_decay are one)
     for item in filter(None, (s.strip() for s in rest.split(","))):
         key, eq, val = (s.strip() for s in item.partition("="))
         field = _KEYS.get(key)
+        if field is not None and field in given:
+            twice = f"option '{key}' is given twice" if given[field] == key else \
+                f"'{given[field]}' and '{key}' are the same option"
+            raise AdcError(f"optimizer '{name}': {twice}; give it once")
+        if field is not None:
+            given[field] = key
         allowed = ("momentum", "dampening", "nesterov") if name == "sgd" else ("b1", "b2", "eps")
         if not eq or field is None or field not in ("lr", "weight_decay") + allowed:
             raise AdcError(f"optimizer '{name}' has no option '{item}' (options: lr, "
