@@ -87,6 +87,7 @@ class PyTransform:
         self.f, self.kind, self.argnums, self.has_aux = f, kind, argnums, has_aux
         self.options = options
         self.cache: dict = {}
+        self.by_shapes: dict = {}   # (dtype, shape) of each positional array -> Entry
         self.__name__ = getattr(f, "__name__", "f")
         self.__doc__ = getattr(f, "__doc__", None)
         self.__wrapped__ = f
@@ -115,6 +116,14 @@ class PyTransform:
         return out
 
     def entry(self, args: tuple, kwargs: dict):
+        # the common call, positional NumPy arrays only, skips binding and flattening: its
+        # specialization is found by the arrays' dtypes and shapes alone
+        plain = not kwargs and all(type(a) is np.ndarray for a in args)
+        if plain:
+            quick = tuple((a.dtype, a.shape) for a in args)
+            entry = self.by_shapes.get(quick)
+            if entry is not None:
+                return entry, list(args)
         bound = bind_arguments(self.f, args, kwargs)
         specs, values = entry_specs(bound)
         key = tuple(s.key() for s in specs)
@@ -122,6 +131,8 @@ class PyTransform:
         if entry is None:
             module, spec = compile_specialized(self.f, specs)
             entry = self.cache[key] = Entry(self, specs, module, spec)
+        if plain and len(values) == len(args) and all(v is a for v, a in zip(values, args)):
+            self.by_shapes[quick] = entry   # the arrays are the inputs, as they are
         return entry, values
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
