@@ -13,7 +13,7 @@ import pytest
 
 from adcompiler import cli
 from adcompiler.diagnostics import AdcError
-from adcompiler.files.folders import Rows, open_folder
+from adcompiler.files.folders import is_mapped, open_folder
 
 ROOT = Path(__file__).resolve().parent.parent
 MLP = str(ROOT / "samples" / "mlp.tdsl")
@@ -64,14 +64,14 @@ def test_stored_members_are_memory_mapped(tmp_path, data):
     np.savez(tmp_path / "a.npz", **data)
     np.savez_compressed(tmp_path / "b.npz", **data)
     rows = open_folder(str(tmp_path / "npy"), "data")["x"]
-    assert isinstance(rows.parts[0], np.memmap) and rows.shape == (96, 4)
+    assert is_mapped(rows.parts[0]) and rows.shape == (96, 4)
     np.testing.assert_array_equal(rows[np.array([5, 0, 95])], data["x"][[5, 0, 95]])
     (tmp_path / "sh").mkdir()
     (tmp_path / "a.npz").rename(tmp_path / "sh" / "a.npz")
     (tmp_path / "b.npz").rename(tmp_path / "sh" / "b.npz")
     both = open_folder(str(tmp_path / "sh"), "data")
-    assert isinstance(both["x"].parts[0], np.memmap)           # stored: mapped
-    assert not isinstance(both["x"].parts[1], np.memmap)       # compressed: read
+    assert is_mapped(both["x"].parts[0])           # stored: mapped
+    assert not is_mapped(both["x"].parts[1])       # compressed: read
     x = both["x"]
     assert x.shape == (192, 4) and len(x) == 192 and x.ndim == 2
     np.testing.assert_array_equal(x[90:100], np.concatenate([data["x"][90:], data["x"][:4]]))
@@ -125,17 +125,20 @@ def test_bad_folder_through_the_command_line(capsys, tmp_path):
 
 
 PEAK = """
-import resource, sys
+import sys, tracemalloc
 from adcompiler import cli
+tracemalloc.start()
 code = cli.main(sys.argv[1:])
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+print(tracemalloc.get_traced_memory()[1] // 2**20)
 sys.exit(code)
 """
 
 
+@pytest.mark.slow
 def test_a_folder_is_not_read_into_memory(tmp_path):
-    """64 MiB of rows in a folder: training reads its batches, the peak memory stays far
-    below that of the same rows in one .npz (read whole)."""
+    """64 MiB of rows: from a folder, training maps the file and reads its batches (the peak
+    of what Python and NumPy allocate stays far below the data); from one .npz, it reads the
+    whole file."""
     prog = tmp_path / "lin.tdsl"
     prog.write_text("def f(x: f32[B, 1024], y: f32[B], param w: f32[1024]) -> f32 {\n"
                     "    return mean((x @ w - y) ** 2)\n}\n")
@@ -157,4 +160,4 @@ def test_a_folder_is_not_read_into_memory(tmp_path):
         assert proc.returncode == 0, proc.stderr
         return int(proc.stdout.split()[-1])
     folder, whole = peak_mib(tmp_path / "big"), peak_mib(tmp_path / "big.npz")
-    assert whole - folder > 64, (folder, whole)
+    assert folder < 16 and whole >= 64, (folder, whole)
