@@ -121,7 +121,8 @@ CASES = (
        ("bernoulli", [key()], {"p": 0.4, "shape": [4], "site": 7}),
        ("rng_fold", [key(), ints(9)], {"site": 8}),
        ("dropout", [f(4, 3), key()], {"p": 0.5, "site": 9, "training": True}),
-       ("dropout", [f(4, 3), key()], {"p": 0.5, "site": 9})]
+       ("dropout", [f(4, 3), key()], {"p": 0.5, "site": 9}),
+       ("batchnorm_running", [f(4, 3), f(3), f(3), f(3), pos(3)], {"axis": 1})]
 )
 
 
@@ -137,6 +138,8 @@ def declined(op, subset, attrs) -> bool:
         return 1 in subset   # weights per example: the groups, for a static batch size
     if op == "conv_weight_grad":
         return True          # (test_ops_conv runs these with a static batch size)
+    if op == "batchnorm_running":
+        return True          # one running statistic for the whole batch
     if op in ("uniform", "normal", "bernoulli", "rng_fold", "dropout"):
         return op == "rng_fold" or (op == "dropout") == (1 in subset)   # a key per example
     return False

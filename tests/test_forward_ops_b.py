@@ -154,6 +154,30 @@ def test_dropout_tangent_is_dropout_of_the_tangent():
     CHECKED.add("rng_fold")
 
 
+@pytest.mark.parametrize("training", [True, False])
+def test_batchnorm_running_tangent_of_y(training):
+    # y's tangent against directional differences in either mode (the JVP pass itself
+    # always trains, so the rule is applied by `derive`, which leaves the mode as it is);
+    # the running statistics get zero tangents
+    rng = np.random.default_rng(3)
+    args = [rng.standard_normal((4, 3, 2)), 1 + rng.standard_normal(3), rng.standard_normal(3),
+            rng.standard_normal(3), 0.5 + rng.random(3)]
+    m = op_module("batchnorm_running", args, {"axis": 1, "training": training})
+    inputs = {f"a{k}": a for k, a in enumerate(args)}
+    wrt = ("a0", "a1", "a2")
+    tangents = {w: rng.standard_normal(np.shape(inputs[w])) for w in wrt}
+    jm = JVP(wrt=wrt, fn="f").derive(m, "f")
+    outs = run(jm, "f_jvp", {**inputs, **{f"t_{w}": t for w, t in tangents.items()}})
+    eps = 1e-6
+    plus = run(m, "f", {**inputs, **{w: inputs[w] + eps * t for w, t in tangents.items()}})
+    minus = run(m, "f", {**inputs, **{w: inputs[w] - eps * t for w, t in tangents.items()}})
+    np.testing.assert_allclose(outs[3], (plus[0] - minus[0]) / (2 * eps), rtol=1e-6,
+                               atol=1e-8)
+    np.testing.assert_array_equal(outs[4], 0.0)
+    np.testing.assert_array_equal(outs[5], 0.0)
+    CHECKED.add("batchnorm_running")
+
+
 def test_every_op_has_a_forward_rule_and_a_test():
     from test_ops_elementwise import COMPARISONS
     covered = (CHECKED | set(elementwise_tables.UNARY) | set(elementwise_tables.BINARY)

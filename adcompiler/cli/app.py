@@ -29,6 +29,13 @@ from ..diagnostics import AdcError, InternalError, render
 from ..ir.gcpause import fewer_collections
 from .argtypes import memory_size, nonneg_float, nonneg_int, plugin_name, positive_float
 
+
+def add_train_mode_argument(p) -> None:
+    p.add_argument("--train-mode", action="store_true",
+                   help="--mode forward: training behaviour (dropout draws, batch norm uses "
+                        "the batch's statistics); derivative modes always train")
+
+
 EPILOG = "Run 'adc COMMAND --help' for the options of each command."
 
 
@@ -77,7 +84,8 @@ def _common(p: argparse.ArgumentParser, inputs: bool = True) -> None:
                        help="seed of the random inputs drawn without --inputs (default 0): "
                             "floats ~ N(0, 1); integers in [0, n) where they feed "
                             "cross_entropy labels, take or one_hot (n = the class count), "
-                            "else in [0, 2); bools uniform")
+                            "else in [0, 2); bools uniform; and of the program's random "
+                            "ops (uniform, normal, bernoulli, dropout)")
     p.add_argument("--max-memory", metavar="SIZE", type=memory_size,
                    help="refuse, before allocating, inputs and runs predicted to need more "
                         "than SIZE, e.g. 8GiB (default: 75%% of this machine's memory)")
@@ -132,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="reverse mode: differentiate the result NAME alone (out, or out0, "
                         "out1, ...); by default every float result is seeded with ones")
     add_remat_arguments(c)
+    add_train_mode_argument(c)
     c.set_defaults(func=cmd_compile, parser=c)
 
     r = sub.add_parser("run", help="run a program and print its results and gradients",
@@ -158,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_tangents_argument(r)
     add_remat_arguments(r)
     add_anomaly_argument(r)
+    add_train_mode_argument(r)
     r.set_defaults(func=cmd_run, parser=r)
 
     k = sub.add_parser("check", help="check derivatives by finite differences",

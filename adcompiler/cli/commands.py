@@ -47,7 +47,7 @@ def cmd_compile(args) -> int:
     else:
         comp = compile_program(args.file, args.mode, args.fn, args.wrt, args.pipeline,
                                args.dtype, _binds(args), args.print_ir_after_all,
-                               seed_output=args.seed_output)
+                               seed_output=args.seed_output, train_mode=args.train_mode)
     for n in comp.notes:
         _note(n)
     stats = _remat(args, comp, _binds(args))
@@ -129,7 +129,8 @@ def cmd_run(args) -> int:
     # remat schedules loops of a fixed trip count: let --bind fix symbolic ones first
     comp = compile_program(args.file, args.mode, args.fn, args.wrt, dtype=args.dtype,
                            bind=_binds(args) if args.remat != "none" else None,
-                           seed_output=args.seed_output, rederive=explicit_mode)
+                           seed_output=args.seed_output, rederive=explicit_mode,
+                           train_mode=args.train_mode)
     for n in comp.notes:
         _note(n)
     binder = DimBinder(_binds(args))

@@ -35,11 +35,10 @@ class Compiled:
     def output_names(self) -> list[str]:
         """OUT.npz keys of the run function's outputs (spec §7); a function run as it is
         names them as the pass that derived it would (``grad_<w>``...)."""
-        from ..api.outputs import output_names
+        from ..api.outputs import output_names, result_keys
         if self.run_name == self.primal.name:
             return output_names(self.module, self.run_fn)
-        n = self.n_results
-        outs = ["out"] if n == 1 else [f"out{k}" for k in range(n)]
+        outs = result_keys(self.n_results, self.primal.attrs.get("state", ()))
         return outs + [f"grad_{w}" for w in self.wrt]
 
 
@@ -85,7 +84,8 @@ def select_function(module: Module, name: str | None) -> Function:
 def resolve_wrt(fn: Function, wrt: list[str] | None, notes: list[str]) -> list[str]:
     """``--wrt`` checked against `fn`'s inputs; default: the ``param`` inputs, or every float
     input when none is marked."""
-    floats = [a.name for a in fn.args if a.type.is_float]
+    state = set(fn.attrs.get("state", ()))
+    floats = [a.name for a in fn.args if a.type.is_float and a.name not in state]
     if wrt:
         from ..files.paths import expand_wrt
         try:
@@ -96,6 +96,10 @@ def resolve_wrt(fn: Function, wrt: list[str] | None, notes: list[str]) -> list[s
             if w not in fn.arg_names:
                 raise AdcError(f"--wrt: '{w}' is not an input of '{fn.name}' (inputs: "
                                f"{', '.join(fn.arg_names) or 'none'})")
+            if w in state:
+                raise AdcError(f"--wrt: cannot differentiate with respect to '{w}': it is a "
+                               f"state input (read and replaced by a step, never "
+                               f"differentiated)", fn.loc)
             if w not in floats:
                 raise AdcError(f"--wrt: cannot differentiate with respect to '{w}': it has "
                                f"type {fn.arg(w).type}, not a float type")
@@ -114,8 +118,18 @@ def seeding(fn: Function, seed_output: str | None, notes: list[str]) -> tuple[in
     """The results reverse mode seeds: ``--seed-output NAME`` alone, or every result (the
     spec's convention, like ``backward(ones_like(out))``), which a note states unless the
     function has one scalar result."""
+    from ..api.outputs import result_keys
+    state = fn.attrs.get("state", ())
     types = fn.result_types
-    keys = ["out"] if len(types) == 1 else [f"out{k}" for k in range(len(types))]
+    keys = result_keys(len(types), state)
+    if state and seed_output is None:   # the state results carry no derivative
+        types = types[:len(types) - len(state)]
+        keys = keys[:len(types)]
+        if len(types) == 1 and types[0].shape == ():
+            return (0,)
+    if seed_output is not None and seed_output in keys[len(keys) - len(state):]:
+        raise AdcError(f"--seed-output: '{seed_output}' is the new value of a state input: "
+                       f"no gradient flows through a state update")
     if seed_output is not None:
         if seed_output not in keys:
             raise AdcError(f"--seed-output: no result '{seed_output}' (results: "
@@ -130,7 +144,7 @@ def seeding(fn: Function, seed_output: str | None, notes: list[str]) -> tuple[in
         notes.append(f"every float result of '{fn.name}' ({listing}) is seeded with ones: "
                      "the gradients are those of the sum of all their elements, like "
                      "backward(ones_like(out)); --seed-output NAME differentiates one result")
-    return ()
+    return tuple(range(len(types))) if state else ()
 
 
 def build_pipeline(mode: str, fn: str, wrt: list[str], passes: str | None,
@@ -164,10 +178,12 @@ def compile_program(path: str, mode: str, fn_name: str | None = None,
                     wrt: list[str] | None = None, passes: str | None = None,
                     dtype: str | None = None, bind: dict | None = None,
                     print_ir_after_all: bool = False,
-                    seed_output: str | None = None, rederive: bool = True) -> Compiled:
+                    seed_output: str | None = None, rederive: bool = True,
+                    train_mode: bool = False) -> Compiled:
     """Load `path` and compile it for `mode` (``forward`` or ``reverse``); `seed_output`
     names the one result reverse mode differentiates (default: all, seeded with ones).
-    Without `rederive`, a function a pass already derived runs as it is."""
+    Without `rederive`, a function a pass already derived runs as it is. ``forward``
+    evaluates (dropout is the identity) unless `train_mode`; derivatives always train."""
     from ..api.outputs import derived_from
     from ..passes.pipeline import run_pipeline
 
@@ -182,6 +198,9 @@ def compile_program(path: str, mode: str, fn_name: str | None = None,
     seed = seeding(fn, seed_output, notes) if mode == "reverse" else ()
     pipeline = build_pipeline(mode, fn.name, wrt_names, passes, seed)
     module = run_pipeline(module, pipeline, print_ir_after_all=print_ir_after_all)
+    if train_mode:
+        from ..passes.train_mode import set_training
+        set_training(module, fn.name)
     run_name = fn.name + GRAD_SUFFIX if mode == "reverse" else fn.name
     if run_name not in module:
         raise AdcError(f"the pipeline '{pipeline}' left no function '{run_name}'")

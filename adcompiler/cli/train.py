@@ -35,8 +35,8 @@ def _seed(text: str) -> int:
         v = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got '{text}'") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number, at least 0, got {v}")
+    if not 0 <= v < 2 ** 64:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 0 to 2^64 - 1, got {v}")
     return v
 
 
@@ -123,7 +123,8 @@ def add_train_command(subparsers, common, names_list) -> None:
     length.add_argument("--steps", metavar="N", type=_positive_int,
                         help="optimizer steps to take")
     g.add_argument("--seed", metavar="N", type=_seed, default=0,
-                   help="seed of the shuffles and of --init-scheme (default 0)")
+                   help="seed of the shuffles, of --init-scheme and of the program's random "
+                        "ops, such as dropout (default 0)")
     o = p.add_argument_group("optimization")
     o.add_argument("--optimizer", metavar="NAME:K=V,...", type=_optimizer, default="adam",
                    help="sgd (lr, momentum, dampening, nesterov, weight_decay or wd), adam or "
@@ -149,6 +150,9 @@ def add_train_command(subparsers, common, names_list) -> None:
                         "peak fits SIZE (e.g. 64MiB); reports predicted and measured peak")
     o.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="where to run: cpu (NumPy, default) or cuda (CuPy)")
+    o.add_argument("--threads", metavar="N", type=_threads,
+                   help="threads for matrix products (BLAS), as adc run --threads; on a "
+                        "busy or small machine 1 is often the fastest")
     add_anomaly_argument(p)
     d = p.add_argument_group("data-parallel training")
     d.add_argument("--distributed", choices=("none", "mpi"), default="none",
@@ -214,8 +218,17 @@ def _scheduled(opt, kind: str, opts: dict, total: int):
     return dataclasses.replace(opt, lr=sched)
 
 
+def _threads(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number of threads, got '{text}'")
+    return int(text)
+
+
 def cmd_train(args) -> int:
     from ..training.distributed import communicator, fail_together
+    if getattr(args, "threads", None):
+        from adc_runtime.threads import set_blas_threads
+        set_blas_threads(args.threads)
     comm = communicator(args.distributed)
     if comm is not None and comm.rank != 0:   # process 0 alone writes the run's files
         args.save = args.log = args.plot = args.checkpoint = None
@@ -326,7 +339,9 @@ def _train(args, comm) -> int:
         from ..training.checkpoint import host
         from ..files.paths import split, stacks_of
         fn = module[args.fn or module.main.name]
-        save_npz(args.save, split(stacks_of(fn), {k: host(v) for k, v in result.params.items()}))
+        saved = {k: host(v) for k, v in result.params.items()}
+        saved.update({k: host(result.state[k]) for k in fn.attrs.get("state", ())})
+        save_npz(args.save, split(stacks_of(fn), saved))   # the params and the state
     if args.plot and history:   # after --save: a plot that fails costs no params
         try:
             plot(args.plot, history, val_hist)

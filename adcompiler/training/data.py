@@ -34,6 +34,9 @@ def param_names(fn: Function, wrt=None) -> list[str]:
         from ..files.paths import expand_wrt
         wrt = expand_wrt(fn, list(wrt))
     for n in wrt or ():
+        if n in fn.attrs.get("state", ()):
+            raise AdcError(f"--wrt: cannot train '{n}': it is a state input (read and "
+                           f"replaced by each step, never differentiated)", fn.loc)
         if n not in fn.arg_names:
             raise AdcError(f"--wrt: '{n}' is not an input of '{fn.name}' (inputs: "
                            f"{', '.join(fn.arg_names)})")
@@ -49,13 +52,18 @@ def param_names(fn: Function, wrt=None) -> list[str]:
 
 
 def data_names(fn: Function, params: list[str]) -> list[str]:
-    return [a.name for a in fn.args if a.name not in params]
+    """The inputs a batch gives: neither trained, nor state, nor the key of random ops."""
+    from ..ops.random import key_input
+    state, key = set(fn.attrs.get("state", ())), key_input(fn)
+    return [a.name for a in fn.args if a.name not in params and a.name not in state
+            and a is not key]
 
 
 def check_loss(fn: Function) -> None:
-    if len(fn.result_types) != 1 or fn.result_types[0].shape != () \
-            or not fn.result_types[0].is_float:
-        got = ", ".join(map(str, fn.result_types))
+    """A loss returns one float scalar (beside the new values of its state inputs)."""
+    types = fn.result_types[:len(fn.result_types) - len(fn.attrs.get("state", ()))]
+    if len(types) != 1 or types[0].shape != () or not types[0].is_float:
+        got = ", ".join(map(str, types))
         raise AdcError(f"'{fn.name}' must return one float scalar (the loss) to be trained; "
                        f"it returns {got}", fn.loc)
 
@@ -188,7 +196,7 @@ def check_params(fn: Function, names: list[str], arrays: Mapping[str, np.ndarray
     from ..files.paths import flat_paths, join
     arrays = join(fn, flat_paths(arrays), path, names)
     for k in arrays:
-        if k not in names:
+        if k not in names and k not in fn.attrs.get("state", ()):
             raise AdcError(f"{path}: unknown array '{k}'; the params of '{fn.name}' are "
                            f"{', '.join(names)}")
     out = {}

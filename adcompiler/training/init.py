@@ -34,7 +34,8 @@ SCHEMES = ("torch", "glorot", "kaiming", "normal")
 NORMAL_STD = 0.01
 _MOVES = {"index", "reshape", "transpose", "cast", "broadcast_to", "expand_dims", "squeeze",
           "neg"}
-_NORMS = {"layernorm": (1, 2), "batchnorm": (1, 2), "rmsnorm": (1, None)}
+_NORMS = {"layernorm": (1, 2), "batchnorm": (1, 2), "rmsnorm": (1, None),
+          "batchnorm_running": (1, 2)}
 _PRODUCTS = {"matmul", "einsum", "conv1d", "conv2d", "conv_transpose2d"}
 _CONVS = {"conv1d", "conv2d", "conv_transpose2d"}
 

@@ -137,6 +137,9 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
         if rows_of(val) == 0:
             raise AdcError(f"{val_name} has no rows: there is nothing to validate on")
     nested = params is not None and is_nested(params)
+    model_state = list(f.attrs.get("state", ()))   # running statistics and the like
+    given_state = {k: np.asarray(params[k]) for k in model_state
+                   if params is not None and not nested and k in params}
     given = {} if params is None else check_params(f, names, params, init_name, binder,
                                                    partial=True)
     drawn = [n for n in names if n not in given]
@@ -157,6 +160,7 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
     options = dict(clip=clip, accumulate=accumulate, device=device, precision=precision,
                    detect_anomaly=detect_anomaly, dims=binder.env, comm=comm,
                    bucket_mb=bucket_mb)
+    options["seed"] = seed   # of the program's random ops
     if memory_budget is not None:
         if remat is not None:
             raise AdcError("give remat or memory_budget, not both")
@@ -164,7 +168,7 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
     else:
         step_fn = run.step(optimizer, names, remat=remat, **options)
     guards.check_step_fits(step_fn, binder.env)
-    state = step_fn.init(params)
+    state = step_fn.init(params, given_state) if model_state else step_fn.init(params)
     scaler = getattr(step_fn, "scaler", None)
     signature = ckpt.model_signature(f.name, params)
     rng = np.random.default_rng(seed)
@@ -229,7 +233,8 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
         if pos.batch == len(batches):  # the epoch's end: validation, then a new shuffle
             erec = {"step": pos.step, "epoch": pos.epoch}
             if val is not None and root:
-                erec.update({k: _mean(ev, params, val, batch) for k, ev in evaluators.items()})
+                now = {**params, **{k: state[k] for k in model_state}}
+                erec.update({k: _mean(ev, now, val, batch) for k, ev in evaluators.items()})
                 result.val.append(erec)
             if on_epoch:
                 on_epoch(erec)
