@@ -262,11 +262,12 @@ README_KINDS = {"python", "console", "tdsl"}
 
 def test_readme_examples_run(scratch):
     """Every README example runs and prints what it shows; only the shell commands of the
-    Quick start and of the MPI run (tests/test_train_samples.py, tests/test_distributed.py)
-    and the layout tree are not run here."""
+    Quick start, of the CNN and GPT samples and of the MPI run (tests/test_train_samples.py,
+    tests/test_samples_models.py, tests/test_distributed.py) and the layout tree are not run
+    here."""
     readme = ROOT / "README.md"
     others = [f for f in fences(readme) if f.kind not in README_KINDS]
-    assert [f.kind for f in others] == ["sh", "sh", "text"], others
+    assert [f.kind for f in others] == ["sh", "sh", "sh", "text"], others
     assert run_page(readme, kinds=README_KINDS) >= 10
 
 
