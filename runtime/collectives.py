@@ -67,6 +67,23 @@ class MPI:
             time.sleep(0.001)
         return int(first[0]) if first[0] < self.size else None
 
+    def agree_plan(self, values) -> tuple[int, float, float] | None:
+        """Before a run's first step, once every rank's setup is settled (`agree`): the
+        first entry of `values` (numbers every rank must share: rows, steps, ...) that
+        differs between ranks, with its smallest and largest value; None if none does.
+        Every rank learns the same answer, so all can stop alike instead of waiting in
+        different collectives forever."""
+        import numpy as np
+        self._agree_first()
+        low = np.asarray(values, dtype=np.float64).copy()
+        high = low.copy()
+        self.comm.Allreduce(self._mpi.IN_PLACE, low, op=self._mpi.MIN)
+        self.comm.Allreduce(self._mpi.IN_PLACE, high, op=self._mpi.MAX)
+        for k, (a, b) in enumerate(zip(low, high)):
+            if a != b:
+                return k, float(a), float(b)
+        return None
+
     def _agree_first(self) -> None:
         if not self.agreed and self.agree(False, timeout=float("inf")) is not None:
             raise PeerFailed(1)

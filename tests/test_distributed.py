@@ -464,3 +464,35 @@ def test_edge_shapes_average_over_threads_as_one_process(bucket_mb):
             assert params[k].shape == want[k].shape
             np.testing.assert_allclose(params[k], want[k], rtol=1e-12, atol=1e-15)
         np.testing.assert_allclose(metrics["loss"], wm["loss"], rtol=1e-12)
+
+
+@pytest.mark.parametrize("first, second, fragment", [
+    (["--data", "d48.npz"], ["--data", "d24.npz"],
+     "disagree on the rows of their training data (24 on one, 48 on another)"),
+    (["--steps", "4"], ["--steps", "5"], "disagree on the number of steps (4 on one, 5 on"),
+    (["--bucket-mb", "25"], ["--bucket-mb", "0.0001"],
+     "disagree on --bucket-mb (0.0001 on one, 25 on another)"),
+])
+def test_ranks_that_disagree_on_the_plan_stop_together(first, second, fragment, tmp_path):
+    """Ranks given other data rows or options would wait forever in different
+    all-reduces: they compare their plans before the first step and all stop, one
+    message, no MPI_Abort."""
+    (tmp_path / "m.tdsl").write_text(CLI_MODEL)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(48, 5)).astype(np.float32)
+    y = np.argmax(x @ rng.normal(size=(5, 3)), axis=1)
+    np.savez(tmp_path / "d48.npz", x=x, y=y)
+    np.savez(tmp_path / "d24.npz", x=x[:24], y=y[:24])
+    base = [sys.executable, "-m", "adcompiler", "train", "m.tdsl", "--batch", "12",
+            "--distributed", "mpi"]
+    defaults = {"--data": "d48.npz", "--steps": "4"}
+
+    def rank(opts):
+        given = dict(zip(opts[::2], opts[1::2]))
+        return base + [a for k, v in {**defaults, **given}.items() for a in (k, v)]
+    mpiexec = _mpiexec()
+    r = subprocess.run([mpiexec, "-n", "1", *rank(first), ":", "-n", "1", *rank(second)],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.count(fragment) == 1, r.stderr
+    assert "of 2 failed" not in r.stderr and "Traceback" not in r.stderr, r.stderr

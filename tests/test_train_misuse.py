@@ -240,7 +240,9 @@ def test_sigterm_does_not_redraw_the_plot(tmp_path, data):
 
 def test_negative_seed_is_a_bad_command_line(capsys, data):
     rc, _, err = train(capsys, data, "--seed", "-1")
-    assert rc == 2 and "--seed: expected a whole number, at least 0, got -1" in err
+    assert rc == 2 and "--seed: expected a whole number from 0 to 2^64 - 1, got -1" in err
+    rc, _, err = train(capsys, data, "--seed", str(2 ** 64))
+    assert rc == 2 and "got 18446744073709551616" in err
     import adcompiler as adc_
     with pytest.raises(adc_.AdcError, match="the seed must be a whole number"):
         adc_.train(MLP, {"x": np.zeros((4, 4), np.float32), "labels": np.zeros(4, int)},

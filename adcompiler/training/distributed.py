@@ -57,7 +57,8 @@ def fail_together(comm):
     except PeerFailed:
         raise
     except BaseException as e:
-        if comm is None or comm.size == 1 or isinstance(e, SystemExit) and not e.code:
+        if comm is None or comm.size == 1 or isinstance(e, SystemExit) and not e.code \
+                or getattr(e, "every_rank_knows", False):   # each ends alike, no abort
             raise
         if not getattr(comm, "agreed", True):
             first = comm.agree(True)

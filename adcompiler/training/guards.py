@@ -25,8 +25,8 @@ MAX_SKIPPED = 30
 
 def check_seed(seed) -> int:
     """`seed` as NumPy's generators take it: a whole number, at least 0."""
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise AdcError(f"the seed must be a whole number, at least 0, got {seed!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2 ** 64:
+        raise AdcError(f"the seed must be a whole number from 0 to 2^64 - 1, got {seed!r}")
     return seed
 
 
@@ -73,9 +73,11 @@ def agree_on_plan(comm, plan: Mapping[str, float]) -> None:
     if comm.rank != 0:
         from adc_runtime.collectives import PeerFailed
         raise PeerFailed(1)
-    raise AdcError(f"the {comm.size} processes of this run disagree on {_PLAN_WORDS[PLAN[k]]}"
-                   f" ({_num(low)} on one, {_num(high)} on another): every process must "
-                   "have the same data rows, options and checkpoint")
+    e = AdcError(f"the {comm.size} processes of this run disagree on {_PLAN_WORDS[PLAN[k]]} "
+                 f"({_num(low)} on one, {_num(high)} on another): every process must have "
+                 "the same data rows, options and checkpoint")
+    e.every_rank_knows = True   # `distributed.fail_together`: reported once, no abort
+    raise e
 
 
 _PLAN_WORDS = {"rows": "the rows of their training data", "batch": "the batch",
