@@ -19,7 +19,9 @@ def params_path(path: str) -> str:
 class Imported:
     """An imported model: the TDSL `source`, the forward function's name `fn`, its data
     `inputs` in the model's order, the initial `params` by ``param`` input name, the model's
-    `outputs` (their names in the model), and `module`, the compiled source."""
+    `outputs` (their names in the model), and `module`, the compiled source; `constants` names
+    the params the model only reads (running statistics, masks: never trained), `sources`
+    each param's name in the model."""
 
     source: str
     fn: str
@@ -28,6 +30,7 @@ class Imported:
     outputs: list[str]
     module: Module = field(repr=False, default=None)
     constants: list[str] = field(default_factory=list)   # params read but never trained
+    sources: dict[str, str] = field(default_factory=dict)  # param name -> name in the model
 
     def save(self, path) -> tuple[str, str]:
         """Write the TDSL at `path` and the parameters at ``<stem>.params.npz`` (each

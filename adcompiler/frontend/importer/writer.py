@@ -187,17 +187,31 @@ class ProgramWriter:
             return t
         if len(t.shape) < 1:
             raise AdcError("--loss cross_entropy needs outputs with a class axis (the last)")
-        return TensorType("i64", t.shape[:-1])
+        shape = self._class_shape(t)
+        return TensorType("i64", shape[:-1])
+
+    @staticmethod
+    def _class_shape(t: TensorType) -> tuple:
+        """The output's shape for cross entropy: [N, C, 1, 1] (a CNN ending in a 1x1
+        convolution or pooling) counts as [N, C]; otherwise classes lie on the last axis."""
+        if len(t.shape) > 2 and all(d == 1 for d in t.shape[2:]):
+            return t.shape[:2]
+        return t.shape
 
     def _loss(self, kind: str) -> list[str]:
         target = self.loss_target(kind)
         args = ", ".join([r.name for r in self.inputs] + [p.name for p in self.params])
         body = "mean(cross_entropy(out, target))" if kind == "cross_entropy" else \
             "mse(out, target)"
+        t = self.result_types()[0]
+        squeeze = kind == "cross_entropy" and self._class_shape(t) != t.shape
         out = [f"# the mean {kind.replace('_', ' ')} of the model's output against `target`"]
         out += self._header("loss", [f"target: {type_text(target)}"],
                             type_text(TensorType(self.result_types()[0].dtype, ())))
-        out += [f"    out = {self.fn_name}({args})", f"    return {body}", "}"]
+        call = f"{self.fn_name}({args})"
+        if squeeze:
+            call = f"squeeze({call}, {list(range(2, len(t.shape)))})"
+        out += [f"    out = {call}", f"    return {body}", "}"]
         return out
 
     def param_values(self) -> dict[str, np.ndarray]:

@@ -28,7 +28,8 @@ def from_onnx(model, *, loss: str | None = None, fn: str = "model",
             from None
     return Imported(source, fn, [r.name for r in writer.inputs], writer.param_values(),
                     [n for _, n in writer.results], module,
-                    [p.name for p in writer.params if not p.trainable])
+                    [p.name for p in writer.params if not p.trainable],
+                    {p.name: p.source for p in writer.params})
 
 
 __all__ = ["from_onnx"]

@@ -147,9 +147,11 @@ class GraphImporter:
         outs = fold(self.model, node.proto, vals, self.opset)
         if outs is None:
             return False
+        # computed from initializers only: trained as they are; from a Constant: read only
+        frozen = any(self.env[n].frozen for n in node.inputs if n)
         for k, o in enumerate(outs):
             if node.wants(k):
-                node.set_const(k, o)
+                node.set_const(k, o, frozen)
         return True
 
     # ---- writing ------------------------------------------------------------------------

@@ -152,8 +152,10 @@ class Node:
         """Output `i` is `val` (a `Val` or a `Const`): nothing is written."""
         self.imp.env[self.outputs[i]] = val
 
-    def set_const(self, i: int, value) -> None:
-        self.imp.env[self.outputs[i]] = Const(value, self.outputs[i], frozen=True)
+    def set_const(self, i: int, value, frozen: bool = True) -> None:
+        """Output `i` is known when importing; `frozen`: read through stop_gradient where
+        it becomes a parameter (a Constant's value), else trained like an initializer."""
+        self.imp.env[self.outputs[i]] = Const(value, self.outputs[i], frozen=frozen)
 
     def unavailable(self, i: int, reason: str) -> None:
         """Output `i` is not computed: refused only where something reads it."""
