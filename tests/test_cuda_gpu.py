@@ -119,6 +119,15 @@ def f(x: f32[2, 3, 4], g: f32[3], b: f32[3], q: f32[2, 3, 4]) -> f32 {
 }
 """
 
+RANDOM = """\
+def f(x: f32[2, 3, 4], g: f32[3], b: f32[3], m: f32[3], v: f32[3]) -> f32 {
+    y, m, v = batchnorm_running(dropout(x, 0.3), g, b, m, v)
+    s = sum(y * (uniform([4]) + normal([4]) + bernoulli(0.5, [4])))
+    for i in range(2) { s = s + sum(uniform([4])) }
+    return s + sum(m) + sum(v)
+}
+"""
+
 
 def programs():
     """(label, module, function name, inputs) of every GPU comparison but the samples."""
@@ -151,6 +160,14 @@ def programs():
     inputs = {"x": RNG.standard_normal((2, 3)).astype(np.float32),
               "y": RNG.standard_normal(4).astype(np.float32)}
     out.append(("collective", m, "f_grad", inputs))
+    m = Reverse(wrt=("x", "g", "b"), fn="f")(compile_source(RANDOM, "random.tdsl"))
+    inputs = {"x": RNG.standard_normal((2, 3, 4)).astype(np.float32),
+              "g": RNG.standard_normal(3).astype(np.float32),
+              "b": RNG.standard_normal(3).astype(np.float32),
+              "m": RNG.standard_normal(3).astype(np.float32),
+              "v": RNG.random(3).astype(np.float32) + 0.5,
+              "rng_key": np.array([5, 6], dtype=np.int64)}
+    out.append(("random", m, "f_grad", inputs))
     return out
 
 
