@@ -260,14 +260,30 @@ def _lists(node):
 
 def flat_paths(tree: Mapping) -> dict:
     """Nested dicts and lists of arrays -> arrays by dotted path (the inverse of `nest`);
-    a flat dict is returned as it is."""
-    if all(not isinstance(v, (dict, list, tuple)) for v in tree.values()):
+    a flat dict is returned as it is. A list of numbers (nested or not) is one array."""
+    if not is_nested(tree):
         return dict(tree)
-    leaves, td = pytree.flatten(dict(tree))
+    leaves, td = pytree.flatten(_arrays(dict(tree)))
     return {".".join(map(str, p)): a for p, a in zip(pytree.leaf_paths(td), leaves)}
 
 
+def _container(v) -> bool:
+    """A dict, or a list or tuple holding one (a stack of groups), rather than an array
+    written as nested lists of numbers."""
+    if isinstance(v, Mapping):
+        return True
+    return isinstance(v, (list, tuple)) and any(_container(x) for x in v)
+
+
+def _arrays(tree):
+    """`tree` with each list of numbers made an array, so that it flattens as one leaf."""
+    if isinstance(tree, Mapping):
+        return {k: _arrays(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return [_arrays(v) for v in tree] if _container(tree) else np.asarray(tree)
+    return tree
+
+
 def is_nested(tree) -> bool:
-    """Whether a mapping of arrays holds a nested dict or list."""
-    return isinstance(tree, Mapping) and any(isinstance(v, (dict, list, tuple))
-                                             for v in tree.values())
+    """Whether a mapping of arrays holds a nested dict, or a list of them."""
+    return isinstance(tree, Mapping) and any(_container(v) for v in tree.values())
