@@ -90,7 +90,10 @@ def test_every_op_is_mapped_or_says_why():
 # ---- the harness itself: it must see a wrong answer, and tell a kink from a bug ------------
 
 def _sample(x, *args, **kwargs):
+    """A sample whose float tensors all require grad."""
     from torch.testing._internal.opinfo.core import SampleInput
+    args = tuple(a.requires_grad_() if isinstance(a, torch.Tensor) and a.is_floating_point()
+                 else a for a in args)
     return SampleInput(x.requires_grad_(), args=args, kwargs=kwargs)
 
 
@@ -125,6 +128,36 @@ def test_an_accepted_refusal_fails(ops):
     s = _sample(torch.ones(3, dtype=torch.float64))
     out = check(info, Entry("exp", claims_refusal), s, 0)
     assert out.status == "fail" and "accepted" in out.detail
+
+
+def _kinks():
+    f = dict(dtype=torch.float64)
+    x = torch.tensor([-1.0, 0.0, 0.0, 2.0], **f)
+    return [
+        ("nn.functional.relu", (x,), {}),                                 # relu'(0) = 0
+        ("abs", (x,), {}),                                                # abs'(0) = 0
+        ("maximum", (x, torch.tensor([0.0, 0.0, 1.0, 2.0], **f)), {}),   # ties split
+        ("minimum", (x, torch.tensor([0.0, 0.0, 1.0, 2.0], **f)), {}),
+        ("max.binary", (x, torch.tensor([-1.0, 0.0, 1.0, 2.0], **f)), {}),
+        ("amax", (torch.tensor([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]], **f),), {"dim": 1}),
+        ("amin", (torch.tensor([[1.0, 1.0, 3.0]], **f),), {"dim": -1}),
+        ("max.reduction_no_dim", (torch.tensor([[1.0, 3.0], [3.0, 0.0]], **f),), {}),
+        ("clamp", (x, torch.tensor([-1.0, 0.5, 0.0, 1.0], **f),          # x at either bound
+                   torch.tensor([1.0, 0.0, 1.0, 2.0], **f)), {}),
+        ("nn.functional.max_pool2d", (torch.tensor([[[[1.0, 2.0], [2.0, 2.0]]]], **f),),
+         {"kernel_size": 2}),                                             # first maximum
+    ]
+
+
+@pytest.mark.parametrize("name,args,kwargs", _kinks(), ids=[k[0] for k in _kinks()])
+def test_kinks_where_adc_and_pytorch_agree(ops, name, args, kwargs):
+    """The kink conventions of tdsl.md section 5 that PyTorch shares: samples placed on the
+    kink pass (values, gradients, tangents and hvp)."""
+    from opinfo_check import check
+    info, entry = ops[name]
+    sample = _sample(args[0].clone(), *[a.clone() for a in args[1:]], **kwargs)
+    out = check(info, entry, sample, 0)
+    assert out.status == "pass", out.detail
 
 
 def test_ties_of_max_with_dim_are_a_convention_and_of_amax_a_pass(ops):
