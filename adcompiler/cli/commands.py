@@ -180,7 +180,9 @@ def cmd_check(args) -> int:
     rev = compile_program(args.file, "reverse", args.fn, args.wrt, dtype="f64")
     for n in rev.notes:
         _note(n)
-    fwd = compile_program(args.file, "forward", rev.primal.name, dtype="f64")
+    # differences of the training-mode forward: the derivatives are those of training
+    fwd = compile_program(args.file, "forward", rev.primal.name, dtype="f64",
+                          train_mode=True)
     binder = DimBinder(_binds(args))
     inputs = load_or_draw_inputs(args, rev.run_fn, binder)
     check_run_fits(rev.module, rev.run_name, binder.env)
