@@ -255,3 +255,15 @@ def test_located_errors(src, at, msg):
     with pytest.raises(AdcError, match=msg) as info:
         adc.load(src)
     assert (info.value.loc.line, info.value.loc.col) == at
+
+
+def test_check_grads_and_adc_check_take_differences_in_training_mode(tmp_path):
+    src = ("def f(param x: f64[5]) -> f64 {\n"
+           "    return sum(tanh(dropout(x, 0.4)) * normal([5], dtype=f64))\n}\n")
+    errors = adc.check_grads(src, {"x": np.linspace(-1, 1, 5)}, order=2)
+    assert max(errors.values()) < 1e-6
+    path = tmp_path / "drop.tdsl"
+    path.write_text(src)
+    r = subprocess.run([sys.executable, "-m", "adcompiler", "check", str(path), "--seed", "1"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "gradient check passed" in r.stdout + r.stderr

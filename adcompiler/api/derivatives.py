@@ -212,13 +212,15 @@ def check_grads(program: Source, inputs: Mapping[str, Any], order: int = 1, *,
     checks; returns the relative error of each check made.
     """
     from .transforms import function, value_and_grad
+    from ..ops.random import KEY_INPUT
     if order not in (1, 2):
         raise ValueError(f"order must be 1 or 2, got {order!r}")
     module, f = primal(program, fn, "f64")
     names = list(wrt_shape(f, wrt).names)
     rng = np.random.default_rng(seed)
     x = {a.name: np.asarray(inputs[a.name], np.float64) if a.type.is_float
-         else np.asarray(inputs[a.name]) for a in f.args}
+         else np.asarray(inputs[a.name]) for a in f.args if a.name in inputs
+         or a.name != KEY_INPUT}   # the key of random ops: that of seed 0 unless given
     v = {w: rng.standard_normal(x[w].shape) for w in names}
     floats = [k for k, t in enumerate(f.result_types) if t.is_float]
 
@@ -233,7 +235,8 @@ def check_grads(program: Source, inputs: Mapping[str, Any], order: int = 1, *,
         return sum(float(np.sum(np.asarray(p) * np.asarray(q))) for p, q in zip(a, b))
 
     errors: dict[str, float] = {}
-    fd = [central(function(module, f.name))[k] for k in floats]
+    # the derivatives are those of training mode (dropout draws): so are the differences
+    fd = [central(function(module, f.name, training=True))[k] for k in floats]
     u = [rng.standard_normal(np.shape(d)) for d in fd]
     _, pullback = vjp(module, f.name, names)(**x)
     g = pullback(*u)
