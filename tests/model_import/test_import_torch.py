@@ -71,7 +71,8 @@ def test_forward_and_gradients_match_pytorch(name):
         assert _rel(by_name[k], p.grad.numpy()) < 1e-10, k
 
 
-@pytest.mark.parametrize("name", ["mlp", "cnn", "encoder", "gpt"])
+@pytest.mark.parametrize("name", ["mlp", "cnn", pytest.param("encoder", marks=pytest.mark.slow),
+                                  pytest.param("gpt", marks=pytest.mark.slow)])
 def test_fifty_adam_steps_follow_pytorch(name):
     m, x, target, imp = _setup(name)
     trained = [p for p in imp.params if p not in imp.constants]
