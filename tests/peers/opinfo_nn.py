@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from opinfo_call import Call, arg, call, extra, spatial
+from opinfo_call import arg, call, extra, spatial
 
 
 # ---- neural-net ops ------------------------------------------------------------------------
