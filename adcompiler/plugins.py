@@ -131,13 +131,30 @@ def unregister_op(name: str) -> None:
     KERNELS.pop(name, None)
 
 
+# plugin files loaded, by module name: their real paths (a second file of the same base
+# name, or one named like a module already imported, would be mistaken for it)
+_FILES: dict[str, str] = {}
+
+
 def _load_one(name: str) -> ModuleType:
     if name.endswith(".py"):  # a file path rather than a module name
         if not os.path.isfile(name):
             raise PluginError(f"cannot load plugin '{name}': no such file")
         mod_name = os.path.splitext(os.path.basename(name))[0]
-        if mod_name in sys.modules:
-            return sys.modules[mod_name]
+        path = os.path.realpath(name)
+        if mod_name in sys.modules:   # (a plugin forgotten by its module is loaded again)
+            if _FILES.get(mod_name) == path:
+                return sys.modules[mod_name]    # the same file again: loaded once
+            if mod_name in _FILES:
+                raise PluginError(f"plugin '{name}' has the base name of the plugin file "
+                                  f"'{_FILES[mod_name]}' loaded before; rename one of them")
+            raise PluginError(f"plugin '{name}': its base name '{mod_name}' is the name of "
+                              "a module already imported, which would be used instead; "
+                              "rename the file")
+        if not mod_name.isidentifier():
+            raise PluginError(f"plugin '{name}': its base name '{mod_name}' is not a module "
+                              "name; rename the file")
+        _FILES[mod_name] = path
         spec = importlib.util.spec_from_file_location(mod_name, name)
         module = importlib.util.module_from_spec(spec)
         sys.modules[mod_name] = module
@@ -145,6 +162,7 @@ def _load_one(name: str) -> ModuleType:
             spec.loader.exec_module(module)
         except BaseException:
             del sys.modules[mod_name]
+            del _FILES[mod_name]
             raise
         return module
     return importlib.import_module(name)

@@ -72,10 +72,14 @@ def load_arrays(path: str) -> dict[str, tuple[np.ndarray, bool]]:
     return {k: (v, False) for k, v in read_npz(raw, path).items()}
 
 
-def read_npz(raw: bytes, path: str,
-             check_size: Callable[[int, str], None] | None = None) -> dict[str, np.ndarray]:
-    """The arrays of an ``.npz`` archive by name (the member name without ``.npy``);
-    `check_size(nbytes, what)` may refuse an array from its header, before it is read."""
+def read_npz(raw: bytes, path: str, check_size: Callable[[int, str], None] | None = None,
+             check_headers: Callable[[dict], None] | None = None) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` archive by name (the member name without ``.npy``).
+
+    Every member's header is read first (a few hundred bytes of each, however far its data
+    would inflate): `check_size(nbytes, what)` may refuse an array, then all of them
+    together, and `check_headers({name: (shape, dtype)})` the archive (rows that disagree,
+    say), all before any array's data is decompressed."""
     if not raw:
         raise AdcError(f"'{path}' is empty, not an .npz archive")
     if not raw.startswith((b"PK\x03\x04", b"PK\x05\x06")):
@@ -84,11 +88,24 @@ def read_npz(raw: bytes, path: str,
     out = {}
     try:
         with zipfile.ZipFile(io.BytesIO(raw)) as z:
-            for name in z.namelist():
-                if name.endswith("/"):
-                    continue
+            names = [n for n in z.namelist() if not n.endswith("/")]
+            for name in names:
                 if not name.endswith(".npy"):
                     raise AdcError(f"'{path}': member '{name}' is not a .npy array")
+            headers, total = {}, 0
+            for name in names:
+                what = f"'{path}': array '{name[:-4]}'"
+                with z.open(name) as f:
+                    shape, _, dtype = read_npy_header(f, what)
+                nbytes = math.prod(shape) * dtype.itemsize
+                if check_size is not None:
+                    check_size(nbytes, what)
+                headers[name[:-4]], total = (shape, dtype), total + nbytes
+            if check_size is not None and len(names) > 1:
+                check_size(total, f"'{path}' (its {len(names)} arrays together)")
+            if check_headers is not None:
+                check_headers(headers)
+            for name in names:
                 with z.open(name) as f:
                     out[name[:-4]] = read_npy(f, f"'{path}': array '{name[:-4]}'", check_size)
     except AdcError:

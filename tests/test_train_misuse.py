@@ -335,3 +335,41 @@ def test_a_repeated_optimizer_option_is_refused(text, fragment, capsys, data):
 def test_a_repeated_schedule_option_is_refused(capsys, data):
     rc, _, err = train(capsys, data, "--schedule", "warmup:steps=1,steps=2")
     assert rc == 2 and "option 'steps' is given twice" in err
+
+
+# ---- 10. refused from the headers, before decompressing -------------------------------
+
+def _bomb(path: Path, rows: int, labels: int) -> None:
+    """An .npz whose 'x' inflates to `rows` x 4 floats of zeros from a few kB."""
+    def header(shape, descr):
+        b = io.BytesIO()
+        np.lib.format.write_array_header_1_0(b, {"descr": descr, "fortran_order": False,
+                                                 "shape": shape})
+        return b.getvalue()
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        with z.open("x.npy", "w", force_zip64=True) as f:
+            f.write(header((rows, 4), "<f4"))
+            zeros = bytes(1 << 20)
+            for start in range(0, rows * 16, len(zeros)):
+                f.write(zeros[:min(len(zeros), rows * 16 - start)])
+        z.writestr("labels.npy", header((labels,), "<i8") + bytes(8 * labels))
+
+
+def test_rows_that_disagree_are_refused_from_the_headers(tmp_path, capsys, monkeypatch):
+    _bomb(tmp_path / "bomb.npz", 2_000_000, 16)
+    import adc_runtime.datafiles as datafiles
+    read = []
+    real = datafiles.read_npy
+    monkeypatch.setattr(datafiles, "read_npy", lambda *a, **k: read.append(1) or real(*a, **k))
+    rc, _, err = adc(capsys, "train", MLP, "--data", tmp_path / "bomb.npz")
+    assert rc == 1 and "array 'labels' has 16 rows but 'x' has 2,000,000 (read from the " \
+                       "file's headers)" in err
+    assert not read   # no array's data was decompressed
+
+
+def test_arrays_past_the_limit_together_are_refused_from_the_headers(tmp_path, capsys):
+    np.savez_compressed(tmp_path / "in.npz", x=np.zeros((300_000, 4), np.float32),
+                        W1=np.zeros((300_000, 4), np.float32))
+    rc, _, err = adc(capsys, "run", MLP, "--inputs", tmp_path / "in.npz", "--max-memory",
+                     "8MiB")
+    assert rc == 1 and "(its 2 arrays together) would need 9.16 MiB" in err

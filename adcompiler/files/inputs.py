@@ -27,16 +27,16 @@ RANDOM_INT_HIGH = 2      # integer inputs with no known range are drawn from [0,
 DEFAULT_DIM = 4          # size of a symbolic dimension nothing binds, in a random-input run
 
 
-def load_data(path: str) -> dict[str, tuple[np.ndarray, bool]]:
+def load_data(path: str, same_rows: bool = False) -> dict[str, tuple[np.ndarray, bool]]:
     """The arrays in `path` (.npz or .json) by name, each with a flag "came from JSON"
-    (`datafiles` says what is refused)."""
+    (`datafiles` says what is refused; `same_rows`: `read.read_npz`'s)."""
     if not path.endswith((".json", ".npz")):
         raise AdcError(f"inputs file '{path}' must end in .npz or .json")
     from .read import read_json_arrays, read_npz
     raw = _read_bytes(path, "inputs file")
     if path.endswith(".json"):
         return {k: (v, True) for k, v in read_json_arrays(raw, path).items()}
-    return {k: (v, False) for k, v in read_npz(raw, path).items()}
+    return {k: (v, False) for k, v in read_npz(raw, path, same_rows).items()}
 
 
 def load_files(paths: str | Sequence[str]) -> tuple[dict, dict[str, str]]:

@@ -44,9 +44,25 @@ def read_bytes(path: str, what: str, missing: str | None = None) -> bytes:
         raise AdcError(f"cannot read {what} '{path}': {e.strerror}") from None
 
 
-def read_npz(raw: bytes, path: str) -> dict[str, np.ndarray]:
-    """The arrays of an ``.npz`` archive by name (the member name without ``.npy``)."""
-    return _npz(raw, path, check_size=check_fits)
+def read_npz(raw: bytes, path: str, same_rows: bool = False) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` archive by name (the member name without ``.npy``), each
+    and all refused from their headers when past the memory limit; with `same_rows`
+    (training data: one row per example in every array), arrays whose leading axes differ
+    are refused from their headers too, before any is decompressed."""
+    return _npz(raw, path, check_size=check_fits,
+                check_headers=(lambda h: _same_rows(h, path)) if same_rows else None)
+
+
+def _same_rows(headers: dict, path: str) -> None:
+    first = None
+    for name, (shape, _) in headers.items():
+        if not shape:
+            continue   # a 0-d array: refused, by name, where the data is checked
+        if first is None:
+            first = (name, shape[0])
+        elif shape[0] != first[1]:
+            raise AdcError(f"{path}: array '{name}' has {shape[0]:,} rows but '{first[0]}' has "
+                           f"{first[1]:,} (read from the file's headers)")
 
 
 def read_json_arrays(raw: bytes, path: str) -> dict[str, np.ndarray]:

@@ -11,7 +11,8 @@ location; `verify_errors(module)` returns every problem found. Checked:
   `verify` rule (`adcompiler.ops.structural`), which reports through `_Checker.fail`;
 * registry ops: options complete, each of its declared kind (`registry.Option.problem`),
   and result types equal to the op's type rule;
-* annotations (``recompute``) are bools.
+* annotations (``recompute``) are bools; the attributes of functions that passes read
+  (`FUNCTION_ATTRS`) hold what each must.
 """
 from __future__ import annotations
 
@@ -23,6 +24,43 @@ from .types import TensorType
 # Attributes any op may carry besides its options: scheduling marks that passes add and
 # type rules ignore (e.g. ops that rematerialization recomputes).
 ANNOTATION_ATTRS = {"recompute"}
+
+
+def _names(v) -> bool:
+    return isinstance(v, (list, tuple)) and all(isinstance(x, str) for x in v)
+
+
+def _name_map(v, test) -> bool:
+    return isinstance(v, dict) and all(isinstance(k, str) and test(x) for k, x in v.items())
+
+
+def _count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+# The attributes of functions that passes and runners read, and what each holds (others
+# are kept as they are and read by nobody)
+FUNCTION_ATTRS = {
+    "grad_of": (lambda v: isinstance(v, str), "a function name"),
+    "tangent_of": (lambda v: isinstance(v, str), "a function name"),
+    "adjoint_of": (lambda v: isinstance(v, str), "a function name"),
+    "wrt": (_names, "a list of input names"),
+    "state": (_names, "a list of input names"),
+    "params": (_names, "a list of input names"),
+    "batch": (_names, "a list of input names"),
+    "outputs": (_names, "a list of names"),
+    "model_state": (_names, "a list of input names"),
+    "stacked": (lambda v: _name_map(v, lambda d: isinstance(d, (str, int))
+                                    and not isinstance(d, bool)),
+                "a map of group paths to dimensions"),
+    "state_init": (lambda v: _name_map(v, lambda x: isinstance(x, (int, float))),
+                   "a map of input names to numbers"),
+    "in_place": (lambda v: _name_map(v, _count), "a map of input names to result indices"),
+    "borrows_args": (lambda v: isinstance(v, bool), "true or false"),
+    "accumulate": (lambda v: _count(v) and v >= 1, "a whole number, at least 1"),
+    "allreduce_buckets": (lambda v: isinstance(v, (list, tuple)) and all(map(_names, v)),
+                          "a list of lists of names"),
+}
 
 
 class VerifyError(AdcError):
@@ -69,6 +107,9 @@ class _Checker:
         self.open_blocks: list[Block] = []  # the block being checked and its enclosing ones
         if key != f.name:
             self.fail(f, f"is stored under the name '{key}'")
+        for k, (ok, what) in FUNCTION_ATTRS.items():
+            if k in f.attrs and not ok(f.attrs[k]):
+                self.fail(f, f"attribute '{k}' must be {what}, got {f.attrs[k]!r:.60}")
         names = set(f.arg_names)
         for p in sorted(f.params - names):
             self.fail(f, f"param '{p}' is not an input")

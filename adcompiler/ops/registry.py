@@ -150,8 +150,9 @@ _KINDS = {
               "a dtype (" + ", ".join(_DTYPE_NAMES) + ")"),
     "axes": (lambda v: v is None or _int(v) or _ints(v), "an int, a list of ints or none"),
     "ints": (_ints, "a list of ints"),
-    "shape": (lambda v: isinstance(v, (list, tuple)) and all(map(_dim, v)),
-              "a list of dimensions (ints >= 0 or symbolic sizes)"),
+    "shape": (lambda v: isinstance(v, (list, tuple))
+              and all(_dim(d) or d == -1 and _int(d) for d in v),
+              "a list of dimensions (ints >= 0, symbolic sizes, or -1 for one to infer)"),
     "dim": (_dim, "a dimension (an int >= 0 or a symbolic size)"),
     "spatial": (lambda v: _int(v) or _ints(v), "an int or a list of ints"),
     "padding": (lambda v: _int(v) or _ints(v) or isinstance(v, str),

@@ -77,7 +77,8 @@ def load_arrays(path: str, what: str, folder: bool = False) -> dict[str, np.ndar
     if not path.endswith(".npz"):
         also = " or a folder of .npy files or .npz shards" if folder else ""
         raise AdcError(f"{what} file '{path}' must be a .npz file{also}")
-    return {k: a for k, (a, _) in load_data(path).items()}
+    # data (what may be a folder) holds rows in every array: checked from the headers
+    return {k: a for k, (a, _) in load_data(path, same_rows=folder).items()}
 
 
 def check_data(fn: Function, params: list[str], arrays: Mapping[str, np.ndarray], path: str,
