@@ -123,7 +123,12 @@ def _pool(n, kind: str):
         _avg_excluding_pad(n, x, kernel, strides, before, after)
         return
     pad, crop = _symmetric(n, x, kind, kernel, strides, before, after)
-    src = x.name if pad is not None else _padded(n, x, before, after)
+    if pad is not None:
+        src = x.name
+    elif kind == "avg":
+        src = _padded(n, x, before, after)
+    else:
+        src = _padded_with_minus_inf(n, x, before, after)
     expr = (f"{kind}_pool2d({src}, {ints(kernel)}, stride={ints(strides)}, "
             f"padding={ints(pad or [0, 0])})")
     if crop:
@@ -136,22 +141,29 @@ def _symmetric(n, x, kind, kernel, strides, before, after):
     slice of its windows that are those of (before, after): the windows of padding P start
     at -P + j*s, the wanted ones at -before + i*s, so they are j = i + (P - before)/s, and a
     kept window reads nothing outside [-before, size + after). ONNX's SAME_UPPER pads
-    [0, 1] is P = 1 less the first window. (None, None) when there is none: average
-    pooling then pads explicitly with zeros, max pooling is refused."""
+    [0, 1] is P = 1 less the first window. (None, None) when there is none: the input is
+    then padded explicitly."""
     if before == after and all(2 * p <= k for p, k in zip(before, kernel)):
         return before, None
     pad, crop = [], []
     for size, k, s, b, a in zip(x.shape[2:], kernel, strides, before, after):
         p = max(b, a)
         if 2 * p > k or (p - b) % s or not isinstance(size, int):
-            if kind == "max":
-                n.refuse(f"pads {before + after} are not supported for MaxPool with kernel "
-                         f"{kernel} and strides {strides}")
             return None, None
         first, count = (p - b) // s, (size + b + a - k) // s + 1
         pad.append(p)
         crop.append(f"{first}:{first + count}")
     return pad, crop
+
+
+def _padded_with_minus_inf(n, x, before, after) -> str:
+    """`x` padded with -inf on its spatial axes, as max pooling reads its padding: zeros,
+    plus the log of a mask that is 1 on `x` and 0 on the padding (a literal is finite)."""
+    if not x.type.is_float:
+        n.refuse("max pooling of a non-float tensor with explicit padding")
+    widths = ints([0, 0, 0, 0] + [v for ab in zip(before, after) for v in ab])
+    return n.temp(f"pad({x.name}, {widths}) + log(pad(ones_like({x.name}), {widths}))",
+                  "padded").name
 
 
 def _avg_excluding_pad(n, x, kernel, strides, before, after):
