@@ -8,8 +8,9 @@ statement the language refuses is reported at the node that produced it. `source
 the program: the inputs, then the parameters (each with its source name), the body, and
 optionally a `loss` function over the model.
 
-Parameters carry their source path (`ParamRecord.path`), so grouping them by module path is
-a matter of printing; `group` names that formatting switch.
+Parameters carry their module path (`ParamRecord.path`) and whether the model trains them
+(`trainable`), so that grouping them by module path, or printing read-only ones as state, is a
+matter of printing the header.
 """
 from __future__ import annotations
 
@@ -89,8 +90,8 @@ def tdsl_array(value: np.ndarray) -> np.ndarray:
 class ProgramWriter:
     """One imported function, written statement by statement."""
 
-    def __init__(self, file: str, fn: str = "model", *, group: bool = False):
-        self.file, self.group = file, group
+    def __init__(self, file: str, fn: str = "model"):
+        self.file = file
         # np.savez takes `file` and `allow_pickle` as its own arguments: no param may be so named
         self.names = Names(reserved={fn, "loss", "target", "out", "file", "allow_pickle"})
         self.fn_name = fn

@@ -213,8 +213,9 @@ def batch_norm(n):
     """Inference form: the running statistics normalize, as in every ONNX inference
     graph; they are constants of the program (no gradient flows to them)."""
     x = n.x(0)
-    if n.version >= 14 and n.only("training_mode", (0,), 0):
-        pass
+    if n.version >= 14 and n.attr("training_mode", 0):
+        n.refuse("batch normalization in training mode (batch statistics, updated running "
+                 "statistics) is not supported yet: it needs state inputs")
     if n.version == 7:
         n.only("spatial", (1,), 1)
     n.attr("momentum", 0.9)   # only training updates read it
