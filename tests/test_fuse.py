@@ -153,3 +153,21 @@ def test_emitted_python_of_fused_program(name):
 def run_dtype(arg):
     from adcompiler.ir.types import NUMPY_DTYPE
     return NUMPY_DTYPE[arg.type.dtype]
+
+
+def test_a_long_chain_is_cut_into_groups_of_at_most_max_members():
+    """Each merge checks every member of the group: a chain of thousands of ops grouped
+    without bound took minutes (quadratic); cut at MAX_MEMBERS it is linear, and the
+    groups compute what the ops computed."""
+    from adcompiler.passes.fuse import MAX_MEMBERS
+    n = 700
+    src = ("def f(x: f32[3]) -> f32[3] {\n    y = x\n" + "    y = y * 1.5 + x\n" * n +
+           "    return y\n}\n")
+    m = fuse(src)
+    sizes = [len([o for o in op.regions[0].ops if o.name not in ("const", "yield")])
+             for op in fused_ops(m["f"])]
+    assert sum(sizes) == 2 * n and max(sizes) == MAX_MEMBERS
+    x = np.float32([0.5, -1, 2])
+    want, _ = _run(compile_source(src, "<t>"), "f", {"x": x})
+    got, _ = _run(m, "f", {"x": x})
+    np.testing.assert_array_equal(got[0], want[0])

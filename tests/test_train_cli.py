@@ -343,7 +343,8 @@ def test_rounding_executor_rounds_each_result():
     (lambda d: {"x": d["x"]}, "missing array 'labels' (data input i64[B])"),
     (lambda d: {**d, "labels": d["labels"].astype("f4")},
      "input 'labels' is declared i64[B] but the data is float32"),
-    (lambda d: {**d, "x": d["x"][:, :3]}, "input 'x' is declared f32[4] but has shape (3,)"),
+    (lambda d: {**d, "x": d["x"][:, :3]},
+     "input 'x' is declared f32[B, 4] but has shape (96, 3)"),
     (lambda d: {**d, "labels": d["labels"][:50]}, "array 'labels' has 50 rows but 'x' has 96"),
     (lambda d: {**d, "W1": np.zeros((4, 8), "f4")}, "unknown array 'W1' (a param"),
     (lambda d: {k: v[:10] for k, v in d.items()}, "has 10 rows, fewer than one step's batch "

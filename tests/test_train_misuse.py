@@ -373,3 +373,12 @@ def test_arrays_past_the_limit_together_are_refused_from_the_headers(tmp_path, c
     rc, _, err = adc(capsys, "run", MLP, "--inputs", tmp_path / "in.npz", "--max-memory",
                      "8MiB")
     assert rc == 1 and "(its 2 arrays together) would need 9.16 MiB" in err
+
+
+# ---- 11. messages -------------------------------------------------------------------------
+
+def test_a_data_array_of_the_wrong_width_is_named_by_its_whole_type(tmp_path, capsys):
+    np.savez(tmp_path / "d.npz", x=np.zeros((16, 5), np.float32),
+             labels=np.zeros(16, np.int64))
+    rc, _, err = adc(capsys, "train", MLP, "--data", tmp_path / "d.npz")
+    assert rc == 1 and "input 'x' is declared f32[B, 4] but has shape (16, 5)" in err

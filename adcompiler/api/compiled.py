@@ -109,6 +109,9 @@ class Compiled:
         if params is None:
             named = self.bind(args, kwargs)
             return self.finish(self.call(named), named)
+        if not isinstance(params, Mapping):
+            raise TypeError(f"params must be a dict of arrays by input name (or nested dicts "
+                            f"and lists by path), got {type(params).__name__}")
         from ..files.paths import is_nested
         if is_nested(params):   # nested dicts and lists, keyed by path: returned so
             return self._call_with_tree(params, args, kwargs)

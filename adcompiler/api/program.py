@@ -123,7 +123,8 @@ def runner(module: Module, name: str, device: str = "cpu", donate: bool = False,
     does. With `donate`, results that replace inputs are written into the input arrays
     (see `Runner`). With `fuse`, runs of elementwise ops on the CPU are compiled into one
     loop each where numba is installed (`adc_runtime.fused_runs`): worth its compile time
-    for a function called many times, such as a training step."""
+    for a function called many times, such as a training step. A call whose predicted peak
+    memory (`memory.limit.check_run_fits`) is past the limit is refused before it runs."""
     xp = _array_module(device)
     if device == "cuda":
         from adc_runtime.cuda import runner as cuda_runner
@@ -133,8 +134,11 @@ def runner(module: Module, name: str, device: str = "cpu", donate: bool = False,
     else:
         from adc_runtime.compiled import CompiledExecutor
         from adc_runtime.executor import Runner
-        r = Runner(module, name, xp,
-                   lambda dims: CompiledExecutor(module, xp, dims, fuse=fuse))
+        def make(dims):   # for each new binding of the dims: refused past the limit
+            check_run_fits(module, name, dims)
+            return CompiledExecutor(module, xp, dims, fuse=fuse)
+        from ..memory.limit import check_run_fits
+        r = Runner(module, name, xp, make)
     r.donate = donate
     from ..labels import label_check
     check = label_check(module[name])

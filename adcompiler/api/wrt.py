@@ -43,15 +43,22 @@ def wrt_shape(fn: Function, wrt, argnums=None) -> Shape:
         raise TypeError("give wrt= or argnums=, not both")
     if argnums is not None:
         n = len(fn.args)
-        single = isinstance(argnums, int)
+        single = isinstance(argnums, int) and not isinstance(argnums, bool)
+        if not single and not isinstance(argnums, (list, tuple)):
+            raise TypeError(f"argnums must be an input position (an int) or a list or tuple "
+                            f"of them, got {argnums!r}")
         nums = [argnums] if single else list(argnums)
         for i in nums:
-            if not isinstance(i, int) or not -n <= i < n:
+            if not isinstance(i, int) or isinstance(i, bool) or not -n <= i < n:
                 raise TypeError(f"argnums: {i!r} is not an input position of "
                                 f"'{fn.name}', which takes {n} inputs")
         wrt = fn.arg_names[nums[0]] if single else [fn.arg_names[i] for i in nums]
     if isinstance(wrt, str):
         return Shape([wrt], "one")
+    if wrt is not None and (not isinstance(wrt, (list, tuple))
+                            or not all(isinstance(w, str) for w in wrt)):
+        raise TypeError(f"wrt must be an input's name or a list or tuple of names, got "
+                        f"{wrt!r}")
     names = list(wrt) if wrt is not None else default_wrt(fn)
     if not names:
         raise AdcError(f"'{fn.name}' has no float inputs to differentiate")

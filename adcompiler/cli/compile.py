@@ -54,7 +54,7 @@ def read_source(path: str) -> str | None:
 def load_module(path: str) -> Module:
     """Parse `path`: IR text for ``.ir``/``.adcir`` files, TDSL otherwise."""
     from ..files.read import read_bytes
-    raw = read_bytes(path, "program", f"no such file: '{path}'")
+    raw = read_bytes(path, "program", f"cannot read '{path}': no such file")
     from ..frontend import compile_file, path_kind
     if path_kind(path) == "ir":
         from ..ir.parser import parse_module

@@ -48,12 +48,20 @@ def read_npz(raw: bytes, path: str, same_rows: bool = False) -> dict[str, np.nda
     """The arrays of an ``.npz`` archive by name (the member name without ``.npy``), each
     and all refused from their headers when past the memory limit; with `same_rows`
     (training data: one row per example in every array), arrays whose leading axes differ
-    are refused from their headers too, before any is decompressed."""
+    are refused from their headers too, before any is decompressed, when reading them would
+    cost (`COSTLY` bytes together; a small file is read and its arrays are checked one by
+    one, with the messages that name an array the program does not take)."""
     return _npz(raw, path, check_size=check_fits,
                 check_headers=(lambda h: _same_rows(h, path)) if same_rows else None)
 
 
+COSTLY = 16 << 20
+
+
 def _same_rows(headers: dict, path: str) -> None:
+    import math
+    if sum(math.prod(s) * d.itemsize for s, d in headers.values()) < COSTLY:
+        return
     first = None
     for name, (shape, _) in headers.items():
         if not shape:

@@ -48,7 +48,9 @@ its map, the reduction its reduce step). ``var`` and ``logsumexp`` do not close 
 
 Scalar ``const`` operands are copied into the region, so kernels see literals. Groups of
 fewer than `min_ops` members (elementwise ops and a closing reduction; consts not counted)
-are left alone.
+are left alone. A group stops growing at `MAX_MEMBERS` ops: a kernel of thousands of ops
+compiles slowly and gains nothing, and each merge checks every member, so an unbounded
+group makes grouping quadratic in a long chain of ops.
 """
 from __future__ import annotations
 
@@ -64,6 +66,7 @@ from ..ops.registry import has_trait
 from .clone import clone_op
 from .pipeline import FunctionPass, register_pass
 
+MAX_MEMBERS = 256
 
 
 def fusable(op: Op) -> bool:
@@ -146,7 +149,8 @@ class _BlockFuser:
     def merge(self, g: _Group, k: int) -> _Group | None:
         """`g` with the op `k` (already in its own group `h`) merged in, if legal."""
         h = self.group_of[k]
-        if g.closer is not None or h.closer is not None:
+        if g.closer is not None or h.closer is not None \
+                or len(g.members) + len(h.members) > MAX_MEMBERS:
             return None
         try:
             shape = broadcast_shapes(g.shape, h.shape)
@@ -167,7 +171,8 @@ class _BlockFuser:
         ops = self.block.ops
         j = self.def_at.get(ops[k].operands[0])
         g = self.group_of.get(j) if j is not None else None
-        if g is None or g.closer is not None or ops[j].result.type.shape != g.shape:
+        if g is None or g.closer is not None or ops[j].result.type.shape != g.shape \
+                or len(g.members) >= MAX_MEMBERS:
             return
         members, mask = g.members + [k], g.mask | (1 << k)
         ext = {y for y in g.ext | self.producers[k] if not (mask >> y) & 1}

@@ -111,7 +111,13 @@ def check_data(fn: Function, params: list[str], arrays: Mapping[str, np.ndarray]
             raise AdcError(f"{path}: array '{name}' has {a.shape[0]} rows but "
                            f"'{rows[0]}' has {rows[1]}")
         trailing = TensorType(t.dtype, t.shape[1:])
-        binder.check_shape(name, a.shape[1:], trailing, path)
+        try:
+            binder.check_shape(name, a.shape[1:], trailing, path)
+        except AdcError as e:   # named by the whole type and shape, rows included
+            if f"is declared {trailing} " not in e.message:
+                raise
+            raise AdcError(f"{path}: input '{name}' is declared {t} but has shape "
+                           f"{tuple(int(n) for n in a.shape)}") from None
         out[name] = a
     if rows is None:
         raise AdcError(f"'{fn.name}' has no data inputs (every input is a param)", fn.loc)

@@ -30,6 +30,14 @@ def check_seed(seed) -> int:
     return seed
 
 
+def check_mappings(**given) -> None:
+    """`adc.train`'s data, params and validation data are dicts (or None)."""
+    for what, value in given.items():
+        if value is not None and not isinstance(value, Mapping):
+            raise AdcError(f"{what} must be a dict of arrays by name (or nested dicts and "
+                           f"lists by path), got {type(value).__name__}")
+
+
 def check_params_fit(fn, names: list[str], env: Mapping[str, int]) -> None:
     """Refuse parameters above the memory limit before drawing them."""
     from ..diagnostics import UnboundDimError

@@ -105,6 +105,7 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
     from .setup import prepare
     from . import guards
     seed = guards.check_seed(seed)
+    guards.check_mappings(data=data, params=params, val=val)
     if resume is not None and params is not None:
         raise AdcError("give initial params or a checkpoint to resume, not both: a resumed "
                        "run continues from the checkpoint's params (--init with --resume)")

@@ -83,6 +83,14 @@ def train_step(program: Source, optimizer: Optimizer | str, clip: float | None =
     return CompiledStep(module, f"{f.name}_step", optimizer, device, dims, comm, fuse, seed)
 
 
+def _mappings(**given) -> None:
+    """Refuse an argument that is not a dict (a list of arrays, say) by its name."""
+    for what, value in given.items():
+        if not isinstance(value, Mapping):
+            raise TypeError(f"{what} must be a dict of arrays by name (or nested dicts and "
+                            f"lists by path), got {type(value).__name__}")
+
+
 class CompiledStep:
     """A compiled training step: ``init(params) -> state`` and
     ``(params, state, batch) -> (params, state, metrics)``, all dicts keyed by name.
@@ -181,6 +189,8 @@ class CompiledStep:
     def __call__(self, params: Mapping[str, Any], state: Mapping[str, Any],
                  batch: Mapping[str, Any]) -> tuple[dict, dict, dict]:
         keys = self._keys
+        if type(params) is not dict or type(state) is not dict or type(batch) is not dict:
+            _mappings(params=params, state=state, batch=batch)
         if params.keys() != keys["params"]:
             from ..files.paths import is_nested
             if is_nested(params):
@@ -225,6 +235,7 @@ class CompiledStep:
     def _flat(self, params: Mapping[str, Any]) -> Mapping[str, Any]:
         """`params` by input name: nested dicts and lists by path (`files.paths`) joined."""
         from ..files.paths import flat_paths, is_nested, join
+        _mappings(params=params)
         if not is_nested(params):
             return params
         return join(self.module[self.fn_name], flat_paths(params), "params", self.params)

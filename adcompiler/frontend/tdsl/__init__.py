@@ -50,7 +50,7 @@ def compile_file(path) -> Module:
     """Compile the TDSL file at `path` (errors are located in that file)."""
     from ...files.read import read_bytes
     name = os.fspath(path)
-    data = read_bytes(name, "program", f"no such file: '{name}'")
+    data = read_bytes(name, "program", f"cannot read '{name}': no such file")
     return compile_source(decode(data, name), name)
 
 
