@@ -382,3 +382,15 @@ def test_a_data_array_of_the_wrong_width_is_named_by_its_whole_type(tmp_path, ca
              labels=np.zeros(16, np.int64))
     rc, _, err = adc(capsys, "train", MLP, "--data", tmp_path / "d.npz")
     assert rc == 1 and "input 'x' is declared f32[B, 4] but has shape (16, 5)" in err
+
+
+def test_a_resumed_log_is_read_back_only_from_a_regular_file(tmp_path, capsys, data):
+    ck = _checkpoint(tmp_path, capsys, data)
+    link = tmp_path / "log.jsonl"
+    os.symlink("/dev/zero", link)   # read back to append after the resumed step: forever
+    rc, _, err = train(capsys, data, "--resume", ck, "--steps", 2, "--log", link)
+    assert rc == 0, err   # written to (the device takes writes), never read
+    os.unlink(link)
+    link.write_text('{"step": 1}\n1\n')
+    rc, _, err = train(capsys, data, "--resume", ck, "--steps", 2, "--log", link)
+    assert rc == 1 and f"{link}:2: not a JSON object; will not append to it" in err

@@ -49,7 +49,7 @@ class CsvLog:
 
     def _open(self, first_step: int) -> None:
         kept: list[dict] = []
-        if self.append and os.path.exists(self.path):
+        if self.append and os.path.isfile(self.path):   # (a device is not read back)
             kept = [r for r in _read_csv(self.path) if _step(r) < first_step]
         for r in kept:
             self.columns += [k for k in r if k not in self.columns]

@@ -62,7 +62,7 @@ class JsonLog:
 
     def _open(self, first_step: int) -> None:
         mode = "w"
-        if self.append and os.path.exists(self.path):
+        if self.append and os.path.isfile(self.path):   # (a device is not read back)
             kept = [line for line in _read_lines(self.path)
                     if json.loads(line).get("step", 0) < first_step]
             save_text(self.path, "".join(kept))
@@ -84,13 +84,20 @@ class JsonLog:
 
 
 def _read_lines(path: str) -> list[str]:
-    with open(path, encoding="utf-8") as f:
-        lines = [line for line in f if line.strip()]
+    from ..files.read import read_bytes
+    try:
+        text = read_bytes(path, "log").decode("utf-8")
+    except UnicodeDecodeError:
+        raise AdcError(f"{path}: not a log of adc train (not UTF-8 text); will not append "
+                       "to it") from None
+    lines = [line for line in text.splitlines(keepends=True) if line.strip()]
     for k, line in enumerate(lines, 1):
         try:
-            json.loads(line)
+            ok = isinstance(json.loads(line), dict)
         except json.JSONDecodeError:
-            raise AdcError(f"{path}:{k}: not a JSON line; will not append to it") from None
+            ok = False
+        if not ok:
+            raise AdcError(f"{path}:{k}: not a JSON object; will not append to it")
     return [line if line.endswith("\n") else line + "\n" for line in lines]
 
 
