@@ -61,3 +61,12 @@ def test_huge_inputs_are_refused_with_the_predicted_size():
         assert value == 9
     finally:
         set_limit(None)
+
+
+def test_a_device_as_a_saved_program_is_refused(tmp_path):
+    link = tmp_path / "g.ir"
+    link.symlink_to("/dev/zero")
+    with pytest.raises(adc.AdcError, match="is a device, not a file"):
+        adc.load_compiled(link)
+    with pytest.raises(adc.AdcError, match="is a device, not a file"):
+        adc.load(link)

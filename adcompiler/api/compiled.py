@@ -257,10 +257,13 @@ def load_compiled(source):
     """A `Compiled` saved by ``Compiled.save`` (a path), or its text."""
     if isinstance(source, os.PathLike) or (isinstance(source, str) and
                                            not source.startswith(HEADER)):
+        from ..files.read import read_bytes
         path = os.fspath(source)
+        raw = read_bytes(path, "compiled program", f"cannot read '{path}': no such file")
         try:
-            with open(path, encoding="utf-8") as f:
-                return compiled_from_text(f.read(), path)
-        except OSError as e:
-            raise AdcError(f"cannot read '{path}': {e.strerror}") from None
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise AdcError(f"'{path}' is not a saved compiled program (not UTF-8 text)") \
+                from None
+        return compiled_from_text(text, path)
     return compiled_from_text(source)
