@@ -451,7 +451,8 @@ BAD = [
     ("max_pool2d(x, 3, 1, 2)", "max_pool2d: padding 2 must be at most half the kernel [3, 3]"),
     ("max_pool2d(x, 6)", "max_pool2d: the kernel [6, 6] is larger than the padded input"),
     ("avg_pool2d(x, 2, stride=0)", "avg_pool2d: stride must be positive, got 0"),
-    ("avg_pool2d(x[0], 2)", "avg_pool2d expects x of rank 4 [N, C, H, W], got f32[6, 5, 5]"),
+    ("avg_pool2d(x[0, 0], 2)", "avg_pool2d expects x of rank 4 [N, C, H, W] or 3 [C, H, W], "
+                               "got f32[5, 5]"),
     ("pad(x, [1, 1])", "pad: widths must be a list of 8 ints (before and after each of the 4 "
                        "axes), got [1, 1]"),
     ("pad(x, [0, 0, 0, 0, -1, 0, 0, 0])", "pad: widths must not be negative"),
