@@ -66,7 +66,8 @@ def enabled() -> bool:
 def _leaf(a, lo, n, sq):
     """NumPy's sum of a block ``a[lo:lo + n]``, 1 <= n <= 128 (of its squares, each rounded
     to the dtype as ``a * a`` is, when `sq`): in order below 8 elements, else eight
-    accumulators over the multiple of 8, combined pairwise, then the rest."""
+    accumulators over the multiple of 8, combined pairwise, then the rest. `sq` is a
+    constant at every call site, so LLVM keeps one of the two loops."""
     if n < 8:
         res = a[lo] * a[lo] if sq else a[lo]
         for i in range(1, n):
@@ -82,24 +83,19 @@ def _leaf(a, lo, n, sq):
     m = n - n % 8
     while i < m:
         j = lo + i
+        v0, v1, v2, v3 = a[j], a[j + 1], a[j + 2], a[j + 3]
+        v4, v5, v6, v7 = a[j + 4], a[j + 5], a[j + 6], a[j + 7]
         if sq:
-            r0 += a[j] * a[j]
-            r1 += a[j + 1] * a[j + 1]
-            r2 += a[j + 2] * a[j + 2]
-            r3 += a[j + 3] * a[j + 3]
-            r4 += a[j + 4] * a[j + 4]
-            r5 += a[j + 5] * a[j + 5]
-            r6 += a[j + 6] * a[j + 6]
-            r7 += a[j + 7] * a[j + 7]
-        else:
-            r0 += a[j]
-            r1 += a[j + 1]
-            r2 += a[j + 2]
-            r3 += a[j + 3]
-            r4 += a[j + 4]
-            r5 += a[j + 5]
-            r6 += a[j + 6]
-            r7 += a[j + 7]
+            v0, v1, v2, v3 = v0 * v0, v1 * v1, v2 * v2, v3 * v3
+            v4, v5, v6, v7 = v4 * v4, v5 * v5, v6 * v6, v7 * v7
+        r0 += v0
+        r1 += v1
+        r2 += v2
+        r3 += v3
+        r4 += v4
+        r5 += v5
+        r6 += v6
+        r7 += v7
         i += 8
     res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
     while i < n:

@@ -18,7 +18,9 @@ from adc_runtime.specialize import mean
 pytest.importorskip("numba")
 
 SHAPES = [(5, 128), (3, 7), (4, 1), (0, 9), (2, 3, 300), (1, 1031), (6, 64)]
-DTYPES = [np.float32, np.float64]
+# f64 compiles every loop a second time (numba caches it, but a fresh checkout has no
+# cache): the slow runs take it
+DTYPES = [np.float32, pytest.param(np.float64, marks=pytest.mark.slow)]
 
 
 def bits(a) -> bytes:
@@ -83,14 +85,14 @@ def test_adjoint_kernels_match_their_ops(shape, dtype):
             assert bits(gx) == bits(want) and bits(kept) == bits(xhat)
 
 
-def test_row_sum_is_numpys_pairwise_sum():
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_row_sum_is_numpys_pairwise_sum(dtype):
     rng = np.random.default_rng(3)
-    for dtype in DTYPES:
-        for n in list(range(0, 140)) + [255, 256, 257, 1000, 1031, 4096, 12345]:
-            x = (rng.standard_normal((2, n)) * 10 ** rng.uniform(-3, 3, (2, n))).astype(dtype)
-            out = np.empty(2, dtype)
-            row_passes.get("row_sums")(x, out, dtype(0))
-            assert bits(out) == bits(np.add.reduce(x, axis=-1)), (dtype, n)
+    for n in list(range(0, 140)) + [255, 256, 257, 1000, 1031, 4096, 12345]:
+        x = (rng.standard_normal((2, n)) * 10 ** rng.uniform(-3, 3, (2, n))).astype(dtype)
+        out = np.empty(2, dtype)
+        row_passes.get("row_sums")(x, out, dtype(0))
+        assert bits(out) == bits(np.add.reduce(x, axis=-1)), (dtype, n)
 
 
 BLOCK = """
@@ -119,7 +121,7 @@ def run_block(monkeypatch, fuse: bool, dtype="f32", shape=(2, 3, 8)):
 
 
 @pytest.mark.filterwarnings("ignore:Mean of empty slice", "ignore:invalid value")
-@pytest.mark.parametrize("dtype", ["f32", "f64"])
+@pytest.mark.parametrize("dtype", ["f32", pytest.param("f64", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("shape", [(2, 3, 8), (1, 1, 1), (0, 3, 4), (2, 1, 130)])
 def test_programs_unchanged(monkeypatch, dtype, shape):
     ref, _ = run_block(monkeypatch, False, dtype, shape)

@@ -20,10 +20,11 @@ def f(x: f32[B, 3], param W: f32[3, 40], param c: f32[40], param V: f32[40, 300]
 """
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dtype", [np.float32, pytest.param(np.float64, marks=pytest.mark.slow)])
 def test_grad_norms_kernel(dtype):
     rng = np.random.default_rng(0)
-    for sizes in [(5,), (0, 3), (1,), (12000, 7, 129), (1, 1, 1, 1, 1, 1, 1, 1, 1)]:
+    # three gradients each time (numba compiles the loop once per count of them)
+    for sizes in [(5, 0, 3), (1, 1, 1), (12000, 7, 129), (0, 0, 0)]:
         grads = [(rng.standard_normal(n) * 10.0 ** rng.uniform(-20, 20)).astype(dtype)
                  for n in sizes]
         out = np.empty(len(grads) + 1, dtype)
@@ -52,7 +53,8 @@ def steps(monkeypatch, fuse, clip, dtype="f32"):
     return step, seen
 
 
-@pytest.mark.parametrize("clip,dtype", [(None, "f32"), (0.1, "f32"), (1e9, "f64")])
+@pytest.mark.parametrize("clip,dtype", [(None, "f32"), (0.1, "f32"),
+                                        pytest.param(1e9, "f64", marks=pytest.mark.slow)])
 def test_same_bits_and_one_call_each(monkeypatch, clip, dtype):
     step, fused = steps(monkeypatch, True, clip, dtype)
     _, plain = steps(monkeypatch, False, clip, dtype)
