@@ -24,6 +24,9 @@ class Call:
         self._names: dict[int, str] = {}
         self.refusals: list[str] = []  # why adc is expected to refuse the call
         self.pick: int | None = None   # the result compared when torch returns a tuple
+        # the other results of such a tuple that adc computes by a call of its own:
+        # (their place in the tuple, the TDSL expression), compared by value
+        self.also: list[tuple[int, str]] = []
 
     # ---- operands ----------------------------------------------------------------------
 

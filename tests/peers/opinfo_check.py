@@ -171,7 +171,7 @@ def check(info, entry, sample, index: int, second_order: bool = True) -> Outcome
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             want = info.op(sample.input, *sample.args, **sample.kwargs)
-        want = want[c.pick] if c.pick is not None else want
+        results, want = want, (want[c.pick] if c.pick is not None else want)
     except Exception as e:
         return Outcome("torch error", f"{type(e).__name__}: {str(e).splitlines()[0]}")
     src = program(c, expr, want)
@@ -189,10 +189,26 @@ def check(info, entry, sample, index: int, second_order: bool = True) -> Outcome
         return Outcome("fail", "adc accepted a call it was expected to refuse: "
                        + "; ".join(c.refusals), src)
     try:
-        return _compare(info, entry, sample, index, c, src, expr, names, arrays, want,
-                        second_order)
+        outcome = _compare(info, entry, sample, index, c, src, expr, names, arrays, want,
+                           second_order)
+        return _also(c, names, arrays, results, outcome)
     except Exception as e:
         return Outcome("fail", f"{type(e).__name__}: {str(e).splitlines()[0]}", src)
+
+
+def _also(c, names, arrays, results, outcome: Outcome) -> Outcome:
+    """The tuple's other results that adc computes by calls of their own (``c.also``),
+    compared by value; one that differs makes the sample a failure."""
+    if outcome.status != "pass" or not c.also:
+        return outcome
+    for k, expr in c.also:
+        src = program(c, expr, results[k])
+        with np.errstate(all="ignore"):
+            got = adc.function(src)(*arrays)
+        problem = mismatch(f"result {k}", got, results[k])
+        if problem:
+            return Outcome("fail", problem, src, checks=outcome.checks)
+    return Outcome("pass", "", outcome.program, checks=outcome.checks + ("results",))
 
 
 def _compare(info, entry, sample, index, c, src, expr, names, arrays, want, second_order):

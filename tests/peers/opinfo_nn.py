@@ -162,53 +162,39 @@ def conv_transpose2d(c, s):
     return _bias(c, expr, b, 2)
 
 
-def _pool_size(size, k, s, p, d, ceil):
-    """PyTorch's pooled length (``pooling_output_shape``)."""
-    span = size + 2 * p - d * (k - 1) - 1
-    out = (span + (s - 1 if ceil else 0)) // s + 1
-    if ceil and (out - 1) * s >= size + p:
-        out -= 1
-    return out
-
-
-def _pool_common(c, s, x, kernel, stride, padding, dilation, ceil) -> list[str]:
-    """kernel, stride and padding; ``ceil_mode`` only changes the pooled size, so a sample
-    whose ceil and floor sizes agree is the floor call."""
-    _batched(c, x, 2)
+def _pool_common(c, x, kernel, stride, padding) -> list[str]:
+    """kernel, stride (PyTorch's None or () is the kernel) and padding; a pool takes
+    [N, C, H, W] or one image [C, H, W]."""
+    if x.dim() not in (3, 4):
+        c.refuse("an input of rank other than 3 or 4")
     k = spatial(kernel, 2)
     st = k if stride is None or stride == () or stride == [] else spatial(stride, 2)
-    p = spatial(padding, 2)
-    d = spatial(dilation, 2)
-    parts = [c.opt("kernel", k), c.opt("stride", st), c.opt("padding", p)]
-    if d != [1, 1]:
-        parts.append(c.lacks("dilation", d))
-    if ceil and x.dim() == 4 and any(
-            _pool_size(x.shape[2 + i], k[i], st[i], p[i], d[i], True)
-            != _pool_size(x.shape[2 + i], k[i], st[i], p[i], d[i], False) for i in range(2)):
-        parts.append(c.lacks("ceil_mode", True))
-    return parts
+    return [c.opt("kernel", k), c.opt("stride", st), c.opt("padding", spatial(padding, 2))]
 
 
 def max_pool2d(c, s):
+    """``return_indices=True``: the values are max_pool2d's (with every derivative), the
+    indices max_pool2d_indices' with the same options."""
     x = s.input
-    parts = _pool_common(c, s, x, arg(s, 0, "kernel_size"), arg(s, 1, "stride"),
-                         arg(s, 2, "padding", 0), arg(s, 3, "dilation", 1),
-                         arg(s, 4, "ceil_mode", False))
+    parts = _pool_common(c, x, arg(s, 0, "kernel_size"), arg(s, 1, "stride"),
+                         arg(s, 2, "padding", 0))
+    parts += [c.opt("dilation", spatial(arg(s, 3, "dilation", 1), 2)),
+              c.opt("ceil_mode", bool(arg(s, 4, "ceil_mode", False)))]
     if arg(s, 5, "return_indices", False):
-        parts.append(c.lacks("return_indices", True))
+        c.pick = 0
+        c.also.append((1, call("max_pool2d_indices", c.t(x), *parts)))
     return call("max_pool2d", c.t(x), *parts)
 
 
 def avg_pool2d(c, s):
     x = s.input
-    padding = arg(s, 2, "padding", 0)
-    parts = _pool_common(c, s, x, arg(s, 0, "kernel_size"), arg(s, 1, "stride"), padding,
-                         1, arg(s, 3, "ceil_mode", False))
-    if not arg(s, 4, "count_include_pad", True) and any(spatial(padding, 2)):
-        parts.append(c.lacks("count_include_pad", False))
+    parts = _pool_common(c, x, arg(s, 0, "kernel_size"), arg(s, 1, "stride"),
+                         arg(s, 2, "padding", 0))
+    parts += [c.opt("ceil_mode", bool(arg(s, 3, "ceil_mode", False))),
+              c.opt("count_include_pad", bool(arg(s, 4, "count_include_pad", True)))]
     divisor = arg(s, 5, "divisor_override")
     if divisor is not None:
-        parts.append(c.lacks("divisor_override", divisor))
+        parts.append(c.opt("divisor_override", divisor))
     return call("avg_pool2d", c.t(x), *parts)
 
 

@@ -85,7 +85,7 @@ def table(rows) -> str:
                  f" | | {n} | " + " | ".join(str(total[s]) for s in STATUSES) + " |")
     share = total["pass"] / n if n else 0.0
     checked = ", ".join(f"{k} {total['checked ' + k]}" for k in ("value", "gradient", "tangent",
-                                                                  "hvp"))
+                                                                  "hvp", "results"))
     return "\n".join(lines) + (f"\n\npass: {total['pass']} of {n} samples ({share:.1%}); "
                                 f"comparisons made: {checked}\n")
 

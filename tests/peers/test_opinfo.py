@@ -130,6 +130,26 @@ def test_an_accepted_refusal_fails(ops):
     assert out.status == "fail" and "accepted" in out.detail
 
 
+def test_pool_indices_are_compared_and_a_wrong_one_fails(ops):
+    """max_pool2d(return_indices=True): the values with every derivative, and the indices
+    by max_pool2d_indices; wrong indices make the sample a failure."""
+    from opinfo_check import check
+    from opinfo_map import Entry
+    info, entry = ops["nn.functional.max_pool2d"]
+    x = torch.arange(30, dtype=torch.float64).reshape(1, 5, 6).remainder(7)   # ties
+    s = _sample(x, kernel_size=3, stride=2, padding=1, dilation=(1, 2), ceil_mode=True,
+                return_indices=True)
+    out = check(info, entry, s, 0)
+    assert out.status == "pass" and "results" in out.checks, out.detail
+
+    def shifted(c, s):   # every index one element later
+        expr = entry.translate(c, s)
+        c.also = [(k, f"{e} + 1") for k, e in c.also]
+        return expr
+    out = check(info, Entry("max_pool2d", shifted), _sample(x.clone(), **s.kwargs), 0)
+    assert out.status == "fail" and out.detail.startswith("result 1"), out.detail
+
+
 def _kinks():
     f = dict(dtype=torch.float64)
     x = torch.tensor([-1.0, 0.0, 0.0, 2.0], **f)
