@@ -39,7 +39,7 @@ def register_op(name: str, infer: Callable, *, kernel: Callable | None,
                 index_bound: Callable | None = None, batch: Callable | None = None,
                 fresh=False, rewrites: Sequence = (), splat: Callable | None = None,
                 reads_row: Callable | None = None, sliced_shape: Callable | None = None,
-                replace: bool = False) -> OpDef:
+                param_role: Callable | None = None, replace: bool = False) -> OpDef:
     """Declare op `name` and its NumPy/CuPy kernel; returns the registry's `OpDef`.
 
     * ``infer(types, attrs)`` returns the result `TensorType` (or a list of them) or raises
@@ -52,7 +52,7 @@ def register_op(name: str, infer: Callable, *, kernel: Callable | None,
       ``fresh=True`` says it always returns a new array (never an operand or a view); it
       may also be ``fn(op) -> bool``, deciding per IR op.
     * `flops`, `cuda`, `cuda_reduce`, `index_bound`, `batch`, `rewrites`, `splat`,
-      `reads_row`, `sliced_shape`: see `adcompiler.ops.registry`; a CUDA formula is usually
+      `reads_row`, `sliced_shape`, `param_role`: see `adcompiler.ops.registry`; a CUDA formula is usually
       built with `adcompiler.emit.c` (``expr``, ``fn``, ``lit``), rewrites with
       `adcompiler.ops.patterns`.
 
@@ -71,7 +71,7 @@ def register_op(name: str, infer: Callable, *, kernel: Callable | None,
                               flops=flops, cuda=cuda, cuda_reduce=cuda_reduce,
                               index_bound=index_bound, batch=batch, rewrites=rewrites,
                               splat=splat, reads_row=reads_row, sliced_shape=sliced_shape,
-                              fresh=fresh)
+                              fresh=fresh, param_role=param_role)
     if kernel is not None:
         register_kernel(name)(_guard_kernel(name, kernel))
     PLUGIN_OPS.add(name)

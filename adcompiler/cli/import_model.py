@@ -11,6 +11,7 @@ import os
 import sys
 
 from ..diagnostics import AdcError, render
+from ..frontend.importer.losses import LOSSES
 
 
 def add_import_command(subparsers) -> None:
@@ -25,7 +26,7 @@ def add_import_command(subparsers) -> None:
     p.add_argument("-o", "--output", metavar="OUT.tdsl", required=True,
                    help="the TDSL program to write; the parameters go to "
                         "OUT.params.npz beside it")
-    p.add_argument("--loss", choices=("cross_entropy", "mse"),
+    p.add_argument("--loss", choices=sorted(LOSSES),
                    help="add a function 'loss' (inputs, 'target', params) returning the "
                         "mean loss of the model's output")
     p.add_argument("--fn", metavar="NAME", default="model",

@@ -2,7 +2,8 @@
 conv_weight_grad.
 
 Values and layout are those of ``torch.nn.functional``: cross-correlation, channels first
-(``x: [N, C, *spatial]``, ``w: [O, C/groups, *kernel]``). Three ops close the family under
+(``x: [N, C, *spatial]``, or one image ``[C, *spatial]``, ``w: [O, C/groups, *kernel]``).
+Three ops close the family under
 differentiation, each bilinear in its two operands: with ``conv(x, w)`` keeping the first
 ``G`` output positions (``G`` the spatial size of ``g``),
 
@@ -13,19 +14,23 @@ differentiation, each bilinear in its two operands: with ``conv(x, w)`` keeping 
 so every VJP and JVP below is one of the three, and a transposed convolution is
 ``conv_input_grad`` at its output's size. Their options are the forward op's, as written
 (``padding="same"`` stays ``"same"``). The tape of a convolution holds its operands, the
-input and the weight, and nothing else.
+input and the weight, and nothing else. The derivatives of a convolution of one image are
+those of a batch of one (the adjoint ops always take a batch).
 """
 from __future__ import annotations
 
 import math
 
+from types import SimpleNamespace
+
 from ..diagnostics import ShapeError
 from ..ir.types import TensorType
 from .registry import Option, register
-from .windows import (_is_int, _text, batched_input, channels_of_examples, crop,
+from .windows import (LAYOUT, _is_int, _text, batched_input, channels_of_examples, crop,
                       examples_of_channels, fold, padding_pairs, per_axis, same_float,
                       shared_to_batch, static, unfold, windows)
-from .batching import unsupported
+from .batching import materialize, unsupported
+from . import roles
 
 CONV = {1: "conv1d", 2: "conv2d"}
 COMMON = ("stride", "padding", "dilation", "groups")
@@ -64,26 +69,44 @@ def geometry(op: str, x: TensorType, w: TensorType, attrs, n: int, kernel=None):
     return kernel, stride, pads, dilation, _groups(op, attrs)
 
 
+LAYOUT1 = {1: "[C, L]", 2: "[C, H, W]"}
+
+
+def data_input(op: str, x: TensorType, n: int) -> tuple:
+    """`x` checked as a batch ``[N, C, *spatial]`` or one image ``[C, *spatial]``; the
+    result's leading axes: ``(N,)``, or none for one image."""
+    if x.rank != n + 1:
+        if x.rank != n + 2:
+            raise ShapeError(f"{op} expects x of rank {n + 2} {LAYOUT[n]} or {n + 1} "
+                             f"{LAYOUT1[n]}, got {x}")
+        batched_input(op, x, n)
+        return tuple(x.shape[:1])
+    if not x.is_float:
+        raise ShapeError(f"{op} expects a float tensor, got {x}")
+    static(op, "x", x, range(x.rank))
+    return ()
+
+
 def _conv_type(n: int):
     name = CONV[n]
 
     def infer(types, attrs):
         x, w = types
-        batched_input(name, x, n)
+        lead = data_input(name, x, n)
         dtype = same_float(name, x, w)
         if w.rank != n + 2:
             raise ShapeError(f"{name} expects w of rank {n + 2} [O, C/groups, kernel...], "
                              f"got {w}")
         static(name, "w", w, range(w.rank))
         kernel, stride, pads, dilation, groups = geometry(name, x, w, attrs, n)
-        c, o = x.shape[1], w.shape[0]
+        c, o = x.shape[-n - 1], w.shape[0]
         _divides(name, "input channels", c, groups, x)
         _divides(name, "output channels", o, groups, w)
         if w.shape[1] * groups != c:
             raise ShapeError(f"{name}: w {w} has {w.shape[1]} input channels per group; "
                              f"x {x} with groups={groups} needs {c // groups}")
         out = windows(name, x, kernel, stride, pads, dilation)
-        return TensorType(dtype, (x.shape[0], o) + out)
+        return TensorType(dtype, lead + (o,) + out)
     return infer
 
 
@@ -128,7 +151,7 @@ def _weight_grad_type(types, attrs):
 def _transpose_type(types, attrs):
     op = "conv_transpose2d"
     x, w = types
-    batched_input(op, x, 2)
+    lead = data_input(op, x, 2)
     dtype = same_float(op, x, w)
     if w.rank != 4:
         raise ShapeError(f"{op} expects w of rank 4 [C, O/groups, kH, kW], got {w}")
@@ -143,15 +166,15 @@ def _transpose_type(types, attrs):
             raise ShapeError(f"{op}: output_padding {_text(attrs['output_padding'])} must be "
                              f"smaller than the stride {_text(list(stride))} or the dilation "
                              f"{_text(list(dilation))}")
-    if x.shape[1] != w.shape[0]:
-        raise ShapeError(f"{op}: w {w} must have x's {x.shape[1]} input channels first")
-    _divides(op, "input channels", x.shape[1], groups, x)
+    if x.shape[-3] != w.shape[0]:
+        raise ShapeError(f"{op}: w {w} must have x's {x.shape[-3]} input channels first")
+    _divides(op, "input channels", x.shape[-3], groups, x)
     out = tuple((h - 1) * s - 2 * lo + d * (k - 1) + a + 1 for h, s, (lo, _), d, k, a in
-                zip(x.shape[2:], stride, pads, dilation, kernel, out_pad))
+                zip(x.shape[-2:], stride, pads, dilation, kernel, out_pad))
     if any(o < 1 for o in out):
         raise ShapeError(f"{op}: padding {_text(attrs['padding'])} leaves no output for x {x} "
                          f"and w {w} (output size {list(out)})")
-    return TensorType(dtype, (x.shape[0], w.shape[1] * groups) + out)
+    return TensorType(dtype, lead + (w.shape[1] * groups,) + out)
 
 
 def transpose_shape(op) -> tuple[int, ...]:
@@ -197,6 +220,20 @@ def _transpose_vjp(b, op, cts):
             b.emit("conv_weight_grad", cts[0], x, kernel=tuple(w.type.shape[2:]), **attrs)]
 
 
+def _one_image(rule):
+    """`rule` (a VJP of conv1d, conv2d or conv_transpose2d) for one image too: applied to
+    the image and its cotangent as a batch of one, the image's cotangent reshaped back."""
+    def vjp(b, op, cts):
+        x, w = op.operands
+        if x.type.rank == w.type.rank:
+            return rule(b, op, cts)
+        one = lambda v: b.emit("reshape", v, shape=(1,) + tuple(v.type.shape))  # noqa: E731
+        batch = SimpleNamespace(name=op.name, operands=[one(x), w], attrs=op.attrs)
+        dx, dw = rule(b, batch, [one(cts[0])])
+        return [b.emit("reshape", dx, shape=tuple(x.type.shape)), dw]
+    return vjp
+
+
 def _bilinear_jvp(b, op, tangents):
     """Bilinear: the op with each operand in turn replaced by its tangent, summed."""
     out = None
@@ -223,8 +260,17 @@ def _per_example_groups(b, op, args, batched, n, weight_shape):
 
 
 def _data_batch(b, op, args, batched, n):
-    """conv1d, conv2d, conv_input_grad, conv_transpose2d: the second operand is the weight."""
+    """conv1d, conv2d, conv_input_grad, conv_transpose2d: the second operand is the weight.
+    Examples of one image each are a batch."""
     x, w = args
+    if op.operands[0].type.rank < op.operands[1].type.rank:
+        if not batched[1]:
+            return [b.emit(op.name, x, w, **dict(op.attrs))]
+        x = x if batched[0] else materialize(b, x, n)
+        x = b.emit("reshape", x, shape=(n, 1) + tuple(x.type.shape[1:]))
+        [y] = _per_example_groups(b, op, [x, w], [True, True], n,
+                                  lambda s: (s[0] * s[1],) + tuple(s[2:]))
+        return [b.emit("reshape", y, shape=(n,) + tuple(y.type.shape[2:]))]
     if not batched[1]:
         return [unfold(b, b.emit(op.name, fold(b, x), w, **dict(op.attrs)), n,
                        x.type.shape[1])]
@@ -260,12 +306,14 @@ def _weight_grad_flops(op, elements):
 HEAVY = ("heavy",)
 for _n, _name in CONV.items():
     register(_name, _conv_type(_n), operands=("x", "w"), options=_options(), traits=HEAVY,
-             vjp=_conv_vjp, jvp=_bilinear_jvp, flops=_conv_flops, batch=_data_batch,
-             fresh=True, doc=f"{_n}-D cross-correlation, channels first, as "
-                             f"torch.nn.functional.{_name}")
+             vjp=_one_image(_conv_vjp), jvp=_bilinear_jvp, flops=_conv_flops,
+             batch=_data_batch, fresh=True, param_role=roles.convolution,
+             doc=f"{_n}-D cross-correlation, channels first, as "
+                 f"torch.nn.functional.{_name}")
 register("conv_transpose2d", _transpose_type, operands=("x", "w"),
-         options=_options(transpose=True), traits=HEAVY, vjp=_transpose_vjp,
-         jvp=_bilinear_jvp, flops=_scatter_flops, batch=_data_batch, fresh=True,
+         options=_options(transpose=True), traits=HEAVY,
+         vjp=_one_image(_transpose_vjp), jvp=_bilinear_jvp, flops=_scatter_flops,
+         batch=_data_batch, fresh=True, param_role=roles.convolution,
          doc="the transpose of conv2d, as torch.nn.functional.conv_transpose2d")
 register("conv_input_grad", _input_grad_type, operands=("g", "w"),
          options=(Option("shape", "ints"),) + _options(), traits=HEAVY,

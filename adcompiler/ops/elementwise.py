@@ -35,6 +35,7 @@ from .batching import broadcast_rule
 from .patterns import P, Pattern, Scalar, Splat, bound, fold
 from .registry import Option, register
 from .rules import add_all, float_tangent, scalar
+from . import roles
 
 EW = ("elementwise",)
 NO_GRAD = EW + ("no_grad",)
@@ -110,7 +111,7 @@ def _self_adjoint(vjp):
 
 
 def unary(name, cuda, *, deriv=None, scale=None, vjp=None, infer=None, traits=(),
-          options=(), flops=None, doc="", rewrites=(), fresh=True):
+          options=(), flops=None, doc="", rewrites=(), fresh=True, param_role=None):
     """Declare a unary elementwise op from one of: `deriv(b, x, y)`, its local derivative
     (the cotangent is multiplied by it); `scale(b, x, y, g)`, the cotangent of `x` from the
     cotangent `g`; `vjp`, a whole rule. The JVP rule is the same map applied to the tangent.
@@ -122,7 +123,7 @@ def unary(name, cuda, *, deriv=None, scale=None, vjp=None, infer=None, traits=()
         vjp = lambda b, op, ct: [scale(b, op.operands[0], op.results[0], ct[0])]  # noqa: E731
     register(name, infer or _float_unary(name), options=options, traits=EW + tuple(traits),
              vjp=vjp, jvp=_self_adjoint(vjp) if vjp else None, cuda=cuda, flops=flops, doc=doc,
-             batch=broadcast_rule, rewrites=rewrites, fresh=fresh)
+             batch=broadcast_rule, rewrites=rewrites, fresh=fresh, param_role=param_role)
 
 
 # ---- unary ---------------------------------------------------------------------------
@@ -196,7 +197,7 @@ def _leaky_relu_vjp(b, op, ct):
 
 
 unary("neg", expr(lambda w, ct, dt, op, a: f"-{a}"), infer=_numeric_unary("neg"),
-      traits=("linear",),
+      traits=("linear",), param_role=roles.first_through,
       vjp=lambda b, op, ct: [b.emit("neg", ct[0]) if op.operands[0].type.is_float else None],
       rewrites=(Pattern(P("neg", P("neg", "x")), bound("x"), "-(-x) -> x"),
                 Pattern(P("neg", Scalar("a")), fold(np.negative), "fold -a")))
@@ -283,7 +284,8 @@ register("clip", _broadcast("clip"), operands=("x", "lo", "hi"), traits=EW, vjp=
 
 # ---- binary --------------------------------------------------------------------------
 
-def binary(name, cuda, da, db, *, traits=(), jvp=None, float_result=False, rewrites=()):
+def binary(name, cuda, da, db, *, traits=(), jvp=None, float_result=False, rewrites=(),
+           param_role=None):
     """Declare a binary elementwise op from its per-operand cotangents ``da(b, a, bb, y, g)``
     and ``db(...)`` (skipped for non-float operands); the JVP rule sums the same maps of the
     operands' tangents unless `jvp` is given."""
@@ -305,7 +307,7 @@ def binary(name, cuda, da, db, *, traits=(), jvp=None, float_result=False, rewri
                             db(b, a, bb, y, tb) if tb is not None else None])]
     register(name, _broadcast(name, float_result=float_result), operands=("a", "b"),
              traits=EW + tuple(traits), vjp=vjp, jvp=jvp or forward, cuda=cuda,
-             batch=broadcast_rule, rewrites=rewrites, fresh=True)
+             batch=broadcast_rule, rewrites=rewrites, fresh=True, param_role=param_role)
 
 
 def _pow_db(b, a, bb, y, g):
@@ -370,12 +372,13 @@ _first = lambda b, a, bb, y, g: g  # noqa: E731
 # canonicalization: ``x * 0`` is deliberately not folded: it is NaN for ``x = inf`` or NaN
 # (JAX keeps it too); a fold that is not finite, or an integer division, is left alone
 binary("add", infix("+"), _first, _first, traits=("linear", "commutative"), jvp=_add_jvp,
+       param_role=roles.addend,
        rewrites=(Pattern(P("add", "x", Splat(0)), bound("x"), "x + 0 -> x (and 0 + x)"),
                  Pattern(P("add", "x", P("neg", "y")), lambda b, m: b.emit("sub", m["x"], m["y"]),
                          "x + -y -> x - y", needs=("sub",)),
                  Pattern(P("add", Scalar("a"), Scalar("b")), fold(np.add), "fold a + b")))
 binary("sub", infix("-"), _first, lambda b, a, bb, y, g: b.emit("neg", g), traits=("linear",),
-       jvp=_sub_jvp,
+       jvp=_sub_jvp, param_role=roles.addend,
        rewrites=(Pattern(P("sub", "x", Splat(0)), bound("x"), "x - 0 -> x"),
                  Pattern(P("sub", Scalar("a"), Scalar("b")), fold(np.subtract), "fold a - b")))
 binary("mul", infix("*"), lambda b, a, bb, y, g: b.emit("mul", g, bb),

@@ -7,6 +7,7 @@ from ..diagnostics import ShapeError
 from ..ir.types import TensorType, dim_mul, normalize_axis
 from .batching import leading_rule, rank, unsupported
 from .registry import Option, register
+from . import roles
 
 
 def _int(t: TensorType, what: str) -> None:
@@ -61,6 +62,7 @@ def _take_batch(b, op, args, batched, n):
 
 register("take", _take, operands=("table", "idx"), options=(Option("axis", "int", 0),),
          traits=("linear",), vjp=_take_vjp, doc="gather along axis", flops=0,
+         param_role=roles.table,
          batch=_take_batch,
          index_bound=lambda op, size: (op.operands[1], size(op.operands[0],
                                                             op.attrs.get("axis", 0)), False),

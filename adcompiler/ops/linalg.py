@@ -8,6 +8,7 @@ from ..ir.types import TensorType, broadcast_shapes, join_dtypes
 from .batching import expand_to, rank
 from .patterns import P, Pattern
 from .registry import Option, register
+from . import roles
 
 
 # ---- matmul ---------------------------------------------------------------------------
@@ -100,7 +101,8 @@ def _matmul_batch(b, op, args, batched, n):
 
 register("matmul", _matmul, operands=("a", "b"), vjp=_matmul_vjp, traits=("heavy",),
          doc="NumPy matmul: 1-D, 2-D and batched with broadcast batch axes",
-         jvp=_matmul_jvp, flops=_matmul_flops, batch=_matmul_batch, fresh=True)
+         jvp=_matmul_jvp, flops=_matmul_flops, batch=_matmul_batch, fresh=True,
+         param_role=roles.product)
 
 
 # ---- transpose ------------------------------------------------------------------------
@@ -252,4 +254,4 @@ def _einsum_batch(b, op, args, batched, n):
 register("einsum", _einsum, operands=("*operands",), options=(Option("spec", "str"),),
          positional=("spec", "*operands"), vjp=_einsum_vjp, traits=("heavy",),
          jvp=_einsum_jvp, flops=_einsum_flops, batch=_einsum_batch,
-         fresh=lambda op: len(op.operands) > 1)  # one operand: `ij->ji` is a view
+         fresh=lambda op: len(op.operands) > 1, param_role=roles.product)  # one operand: `ij->ji` is a view

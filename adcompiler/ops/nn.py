@@ -15,6 +15,7 @@ from .batching import axis_rule, broadcast_rule, expand_to, rank, shift_axis, un
 from .patterns import P, Pattern, bound
 from .registry import Option, register
 from .rules import add_all, float_tangent
+from . import roles
 
 AXIS = Option("axis", "int", -1)
 
@@ -351,6 +352,7 @@ def _layernorm_jvp(b, op, tangents):
 
 register("layernorm", _layernorm, operands=("x", "gamma", "beta"),
          options=(AXIS, Option("eps", "float", 1e-5)), vjp=_layernorm_vjp,
+         param_role=roles.norm(gain=1, bias=2),
          doc="(x - mean) / sqrt(var + eps) * gamma + beta over one axis; a 1-D gamma/beta "
              "lies along that axis",
          jvp=_layernorm_jvp, flops=8, batch=lambda b, op, args, batched, n: (
@@ -401,4 +403,4 @@ register("cast", lambda types, attrs: types[0].with_dtype(attrs["dtype"]),
          options=(Option("dtype", "dtype"),), traits=("elementwise",), vjp=_cast_vjp,
          jvp=_cast_jvp, flops=0, cuda=_cast_cuda, batch=broadcast_rule,
          rewrites=(Pattern(P("cast", "x"), bound("x"), "cast to the same dtype -> x"),),
-         fresh=True)
+         fresh=True, param_role=roles.first_through)

@@ -23,6 +23,7 @@ from .batching import rank
 from .create import dim_scalar
 from .registry import Option, register
 from .rules import add_all, float_tangent
+from . import roles
 
 
 def _vector_along(x: TensorType, axis: int, types, names, op: str) -> None:
@@ -162,7 +163,7 @@ def _batchnorm_flops(op, elements):
 register("batchnorm", _batchnorm, operands=("x", "gamma", "beta"),
          options=(Option("axis", "int", 1), Option("eps", "float", 1e-5)),
          vjp=_batchnorm_vjp, jvp=_batchnorm_jvp, batch=_batchnorm_batch,
-         flops=_batchnorm_flops, fresh=True,
+         flops=_batchnorm_flops, fresh=True, param_role=roles.norm(gain=1, bias=2),
          doc="(x - mean) / sqrt(var + eps) * gamma + beta, mean and biased var over every "
              "axis but axis (the batch's statistics); gamma and beta: [x.shape[axis]]")
 
@@ -246,4 +247,5 @@ def _rmsnorm_batch(b, op, args, batched, n):
 register("rmsnorm", _rmsnorm, operands=("x", "gamma"),
          options=(Option("axis", "int", -1), Option("eps", "float", 1e-6)),
          vjp=_rmsnorm_vjp, jvp=_rmsnorm_jvp, batch=_rmsnorm_batch, flops=7, fresh=True,
+         param_role=roles.norm(gain=1),
          doc="x / sqrt(mean(x*x, axis) + eps) * gamma; gamma: [x.shape[axis]]")

@@ -35,6 +35,10 @@ instead of matching op names:
   that array, whose symbolic axes must be long enough for the slices (the executor checks
   it, and the Python emitter writes the same check).
 
+* `param_role(op, k)`: what operand `k` says about a parameter it reads (a norm's gain or
+  bias, a product's weight with its fans, an embedding table, an addend; `ops.roles`), for
+  initialization by role (`adcompiler.training.init`); None: nothing.
+
 * `fresh`: whether the op's kernel always returns a new array, never an operand or a view
   of one (NumPy and CuPy alike): True, False (the default: it may alias, which is always
   safe), or ``fn(op) -> bool`` deciding per IR op. Buffer planning reads it through the IR
@@ -188,6 +192,7 @@ class OpDef:
     dce: Callable | None = None
     reverse: Callable | None = None
     forward: Callable | None = None
+    param_role: Callable | None = None  # (op, k) -> (role, fans) | None (`rules.roles`)
 
     @property
     def signature(self) -> tuple[str, ...]:
@@ -227,7 +232,7 @@ REGISTRY: dict[str, OpDef] = {}
 def register(name: str, infer: Callable, *, operands=("x",), options=(), traits=(),
              vjp=None, jvp=None, doc: str = "", positional=None, flops=None, cuda=None,
              cuda_reduce=None, index_bound=None, batch=None, rewrites=(), splat=None,
-             reads_row=None, sliced_shape=None, fresh=False) -> OpDef:
+             reads_row=None, sliced_shape=None, fresh=False, param_role=None) -> OpDef:
     """Declare an op with every fact about it. Re-registering a name is an error: one op,
     one place."""
     if name in REGISTRY:
@@ -236,7 +241,8 @@ def register(name: str, infer: Callable, *, operands=("x",), options=(), traits=
         raise ValueError(f"a rewrite of {name!r} must match {name!r} at its root")
     d = OpDef(name, infer, tuple(operands), tuple(options), frozenset(traits), vjp, jvp, doc,
               tuple(positional) if positional else None, flops, cuda, cuda_reduce,
-              index_bound, batch, tuple(rewrites), splat, reads_row, sliced_shape, fresh)
+              index_bound, batch, tuple(rewrites), splat, reads_row, sliced_shape, fresh,
+              param_role=param_role)
     REGISTRY[name] = d
     return d
 

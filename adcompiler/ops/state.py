@@ -23,6 +23,7 @@ from .norm import _axis_of, _batchnorm, _batchnorm_jvp, _batchnorm_vjp, _vector_
     others
 from .registry import Option, register
 from .rules import add_all, float_tangent
+from . import roles
 
 
 def _running(types, attrs):
@@ -101,7 +102,7 @@ register("batchnorm_running", _running,
          operands=("x", "gamma", "beta", "running_mean", "running_var"),
          options=(Option("axis", "int", 1), Option("eps", "float", 1e-5),
                   Option("momentum", "float", 0.1), Option("training", "bool", False)),
-         vjp=_vjp, jvp=_jvp, flops=_flops, fresh=True,
+         vjp=_vjp, jvp=_jvp, flops=_flops, fresh=True, param_role=roles.norm(gain=1, bias=2),
          batch=lambda b, op, args, batched, n: unsupported(
              op, "is not batched: its running statistics are one state for the whole batch"),
          doc="batch normalization with running statistics: (y, new running_mean, new "

@@ -1,8 +1,9 @@
 """Initial values of parameters by their role, inferred from how the program uses them.
 
 A parameter's role follows its first telling use in the loss function, calls inlined and
-through the ops that only move or pick its elements (``index`` of a stacked layer,
-``reshape``, ``transpose``, ``cast``...):
+through the ops that only move or pick its elements (views such as ``index`` of a stacked
+layer, ``reshape``, ``transpose``; ``cast``). Each op says what its operands tell in its
+`param_role` rule (`adcompiler.ops.roles`); this module names no op:
 
 | role | found as | starts at |
 |---|---|---|
@@ -29,15 +30,10 @@ import numpy as np
 
 from ..diagnostics import AdcError
 from ..ir.core import Function, Module
+from ..ops.registry import has_trait, lookup
 
 SCHEMES = ("torch", "glorot", "kaiming", "normal")
 NORMAL_STD = 0.01
-_MOVES = {"index", "reshape", "transpose", "cast", "broadcast_to", "expand_dims", "squeeze",
-          "neg"}
-_NORMS = {"layernorm": (1, 2), "batchnorm": (1, 2), "rmsnorm": (1, None),
-          "batchnorm_running": (1, 2)}
-_PRODUCTS = {"matmul", "einsum", "conv1d", "conv2d", "conv_transpose2d"}
-_CONVS = {"conv1d", "conv2d", "conv_transpose2d"}
 
 
 def roles(module: Module, fn: Function, names: list[str]) -> dict[str, tuple]:
@@ -71,6 +67,8 @@ def _uses(fn: Function) -> dict:
 
 
 def _role(v, uses) -> tuple:
+    """The role told by the first use of `v` (or of a view, cast or negation of it) whose
+    op has a `param_role` rule that says one (`adcompiler.ops.roles`)."""
     todo, seen = [v], set()
     while todo:
         x = todo.pop(0)
@@ -78,53 +76,35 @@ def _role(v, uses) -> tuple:
             continue
         seen.add(x)
         for op, k in uses.get(x, []):
-            if op.name in _NORMS:
-                gain, bias = _NORMS[op.name]
-                if k == gain:
-                    return "gain", None
-                if k == bias:
-                    return "bias", None
-            elif op.name in _CONVS and k == 1:
-                return "weight", _conv_fans(op.operands[1].type.shape)
-            elif op.name in ("matmul", "einsum"):
-                return "weight", _matmul_fans(op, k)
-            elif op.name == "take" and k == 0:
-                return "embedding", None
-            elif op.name in ("add", "sub") and _is_product(op.operands[1 - k]):
-                return "bias", None
-            elif op.name in _MOVES and k == 0:
+            told = _told(op, k)
+            if told is None:
+                continue
+            role, fans = told
+            if role == "through":
                 todo += op.results
+            elif role == "addend":
+                if _is_product(op.operands[1 - k]):
+                    return "bias", None
+            else:
+                return role, fans
     return "other", None
 
 
+def _told(op, k: int):
+    if k == 0 and has_trait(op, "view"):
+        return "through", None
+    opdef = lookup(op.name)
+    rule = opdef.param_role if opdef is not None else None
+    return rule(op, k) if rule is not None else None
+
+
 def _is_product(v) -> bool:
+    """Whether `v` is (a view, cast or negation of) a product with a weight operand."""
     op = getattr(v, "defining_op", None)
-    while op is not None and op.name in _MOVES:
+    while op is not None and (_told(op, 0) or ("",))[0] == "through":
         op = getattr(op.operands[0], "defining_op", None)
-    return op is not None and op.name in _PRODUCTS
-
-
-def _matmul_fans(op, k: int) -> tuple | None:
-    shape = op.operands[k].type.shape
-    if len(shape) == 1:                  # x @ w with w: [in], a layer of one output
-        return shape[0], 1
-    if len(shape) < 2:
-        return None
-    if op.name == "matmul" and k == 0:   # W @ x: W is [out, in], as torch's Linear
-        return shape[-1], shape[-2]
-    return shape[-2], shape[-1]
-
-
-def _conv_fans(shape: tuple) -> tuple:
-    receptive = 1
-    for d in shape[2:]:
-        receptive = receptive * d if isinstance(d, int) and isinstance(receptive, int) \
-            else f"{receptive}*{d}"
-    return (_times(shape[1], receptive), _times(shape[0], receptive))
-
-
-def _times(a, b):
-    return a * b if isinstance(a, int) and isinstance(b, int) else f"{a}*{b}"
+    return op is not None and any((_told(op, k) or ("",))[0] == "weight"
+                                  for k in range(len(op.operands)))
 
 
 def draw(role: str, fans, shape: tuple, dtype, scheme: str, rng: np.random.Generator,

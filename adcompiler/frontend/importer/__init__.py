@@ -1,2 +1,2 @@
 """What the model importers share: the TDSL writer (`writer`), names and literals
-(`names`), and what an import returns (`imported`)."""
+(`names`), the losses an import may add (`losses`), and what an import returns (`imported`)."""

@@ -23,6 +23,7 @@ from ...ir.core import Block, Function, Value
 from ...ir.types import TensorType
 from ..tdsl.function import Binding, FunctionLowerer
 from ..tdsl.parse import parse
+from .losses import LOSSES
 from .names import Names, quote
 
 NP_TO_TDSL = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64",
@@ -31,7 +32,6 @@ NP_TO_TDSL = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64",
 # integer widths TDSL lacks, held exactly in i64 (constants and parameters only)
 WIDENED = {np.dtype(t): np.dtype(np.int64)
            for t in (np.int8, np.int16, np.uint8, np.uint16, np.uint32)}
-LOSSES = ("cross_entropy", "mse")
 
 
 @dataclass
@@ -202,8 +202,7 @@ class ProgramWriter:
     def _loss(self, kind: str) -> list[str]:
         target = self.loss_target(kind)
         args = ", ".join([r.name for r in self.inputs] + [p.name for p in self.params])
-        body = "mean(cross_entropy(out, target))" if kind == "cross_entropy" else \
-            "mse(out, target)"
+        body = LOSSES[kind]
         t = self.result_types()[0]
         squeeze = kind == "cross_entropy" and self._class_shape(t) != t.shape
         out = [f"# the mean {kind.replace('_', ' ')} of the model's output against `target`"]
