@@ -102,12 +102,21 @@ def loop_pad(x, widths, value=0.0):
 
 # ---- the table: (op, args, attrs, reference) ---------------------------------------------
 
+def _image(loop, x, w, **attrs):
+    """The loop's result for a batch, or for one image (rank one less than w's) as a batch
+    of one."""
+    if x.ndim == w.ndim:
+        return loop(x, w, **attrs)
+    return loop(x[None], w, **attrs)[0]
+
+
 def _conv(x, w, **attrs):
-    return ("conv1d" if x.ndim == 3 else "conv2d", [x, w], attrs, loop_conv(x, w, **attrs))
+    return ("conv1d" if w.ndim == 3 else "conv2d", [x, w], attrs,
+            _image(loop_conv, x, w, **attrs))
 
 
 def _transpose(x, w, **attrs):
-    return ("conv_transpose2d", [x, w], attrs, loop_conv_transpose(x, w, **attrs))
+    return ("conv_transpose2d", [x, w], attrs, _image(loop_conv_transpose, x, w, **attrs))
 
 
 def _pool(op, x, **attrs):
@@ -130,6 +139,9 @@ CASES = [
     _transpose(r(1, 2, 3, 2), r(2, 2, 2, 2), stride=(2, 3), padding=(1, 0),
                output_padding=(1, 2), dilation=(1, 2)),
     _transpose(r(1, 2, 2, 2), r(2, 1, 2, 2), dilation=2, output_padding=1),  # op < dilation
+    _conv(r(2, 7), r(4, 1, 3), stride=2, padding=1, groups=2),              # one image [C, L]
+    _conv(r(4, 5, 6), r(6, 2, 3, 2), stride=(2, 1), padding=1, groups=2),
+    _transpose(r(4, 3, 3), r(4, 1, 3, 2), stride=2, padding=1, output_padding=1, groups=2),
     _pool("max_pool2d", r(2, 2, 4, 4), kernel=2),
     _pool("max_pool2d", r(1, 2, 5, 5), kernel=3, stride=2, padding=1),
     _pool("max_pool2d", r(1, 1, 5, 4), kernel=[3, 2], stride=[1, 2], padding=[1, 1]),
@@ -433,8 +445,12 @@ BAD = [
                       "with padding [[0, 0], [0, 0]]"),
     ("conv2d(x, w9, padding=1, dilation=[1, 2])", "the kernel [9, 9] (dilation [1, 2]: extent "
                                                   "[9, 17]) is larger than the padded input"),
-    ("conv2d(x[0], w6)", "conv2d expects x of rank 4 [N, C, H, W], got f32[6, 5, 5]"),
-    ("conv1d(x, w6)", "conv1d expects x of rank 3 [N, C, L], got f32[2, 6, 5, 5]"),
+    ("conv2d(x[0, 0], w6)", "conv2d expects x of rank 4 [N, C, H, W] or 3 [C, H, W], got "
+                            "f32[5, 5]"),
+    ("conv2d(x[0], w6)", "w f32[4, 3, 3, 3] has 3 input channels per group; x f32[6, 5, 5] "
+                         "with groups=1 needs 6"),
+    ("conv1d(x, w6)", "conv1d expects x of rank 3 [N, C, L] or 2 [C, L], got "
+                      "f32[2, 6, 5, 5]"),
     ("conv2d(x, w6, stride=0)", "conv2d: stride must be positive, got 0"),
     ("conv2d(x, w6, stride=[1, 2, 3])", "stride must be an int or a list of 2 ints"),
     ("conv2d(x, w6, padding=-1)", "conv2d: padding must be at least 0, got -1"),

@@ -92,7 +92,7 @@ def window_count(op: str, size: int, lo: int, hi: int, extent: int, stride: int,
 
 def windows(op: str, x: TensorType, kernel, stride, pads, dilation, what="kernel"):
     """The output's spatial sizes of windows of `kernel` over the spatial axes of `x`."""
-    spatial = x.shape[2:]
+    spatial = x.shape[x.rank - len(kernel):]
     extents = [d * (k - 1) + 1 for k, d in zip(kernel, dilation)]
     if any(e > s + lo + hi for e, s, (lo, hi) in zip(extents, spatial, pads)):
         raise ShapeError(f"{op}: the {what} {_text(list(kernel))}"

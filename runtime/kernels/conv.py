@@ -92,7 +92,17 @@ def _conv(xp, x, w, stride=1, padding=0, dilation=1, groups=1):
     return out.reshape((batch, o) + count)
 
 
-kernel("conv1d", "conv2d")(_conv)
+def one_image(fn):
+    """`fn(xp, x, w, ...)` also for one image `x` ``[C, *spatial]`` (rank one less than the
+    weight's): a batch of one."""
+    def run(xp, x, w, *args, **options):
+        if x.ndim == w.ndim:
+            return fn(xp, x, w, *args, **options)
+        return fn(xp, x[None], w, *args, **options)[0]
+    return run
+
+
+kernel("conv1d", "conv2d")(one_image(_conv))
 
 
 @kernel("conv_input_grad")
@@ -129,6 +139,7 @@ def conv_weight_grad(xp, x, g, kernel, stride=1, padding=0, dilation=1, groups=1
 
 
 @kernel("conv_transpose2d")
+@one_image
 def conv_transpose2d(xp, x, w, stride=1, padding=0, output_padding=0, dilation=1, groups=1):
     """`conv_input_grad` at the transposed convolution's output size."""
     kernel = w.shape[2:]

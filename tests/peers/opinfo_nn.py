@@ -117,8 +117,9 @@ def index_select(c, s):
 # ---- convolution, pooling, padding --------------------------------------------------------
 
 def _batched(c, x, n: int) -> None:
-    if x.dim() != n + 2:
-        c.refuse("an unbatched input (adc's convolutions and pools take [N, C, ...])")
+    """A convolution takes a batch [N, C, ...] or one image [C, ...]."""
+    if x.dim() not in (n + 1, n + 2):
+        c.refuse(f"an input of rank other than {n + 1} or {n + 2}")
 
 
 def _conv_padding(c, p, n: int) -> str:
