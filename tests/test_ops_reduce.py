@@ -162,6 +162,45 @@ def test_symbolic_reduced_dims(name):
     np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
+# ---- var's correction ----------------------------------------------------------------
+
+@pytest.mark.parametrize("correction", [1, 1.3, 0.5, -5, 2])
+@pytest.mark.parametrize("axis", [None, 1, [0, 2]], ids=str)
+def test_var_correction(axis, correction):
+    """Divides the sum of squares by N - correction: values against the formula (and
+    PyTorch), gradients against central differences, the tangent, second order."""
+    from test_forward_ops import check_op
+    x = RNG.standard_normal(SHAPE)
+    attrs = dict(axis=axis, keepdims=axis == 1, correction=correction)
+    ax = np_axis(axis)
+    n = x.size if axis is None else np.prod([x.shape[a] for a in np.atleast_1d(ax)])
+    want = ((x - x.mean(axis=ax, keepdims=True)) ** 2).sum(axis=ax, keepdims=axis == 1)
+    np.testing.assert_allclose(apply("var", x, **attrs), want / (n - correction), rtol=1e-13)
+    check_grads("var", [x], attrs)
+    check_op("var", [x], attrs)
+    check_second_order("var", [x], attrs)
+    torch = pytest.importorskip("torch")
+    xt = torch.tensor(x, requires_grad=True)
+    yt = torch.var(xt, dim=ax, correction=correction, keepdim=axis == 1)
+    ct = RNG.standard_normal(tuple(yt.shape))
+    yt.backward(torch.tensor(ct))
+    np.testing.assert_allclose(apply("var", x, **attrs), yt.detach().numpy(), rtol=1e-13)
+    module = one_op_module("var", [x], attrs)
+    got = run(Reverse(wrt=("a0",), fn="f")(module), "f_grad", {"a0": x, "w0": ct})[1]
+    np.testing.assert_allclose(got, xt.grad.numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_var_correction_errors():
+    with pytest.raises(ShapeError, match=r"var: correction=3 leaves no degrees of freedom: "
+                                         r"3 elements reduced in f32\[2, 3\]"):
+        reduce_type("var", TensorType("f32", (2, 3)), axis=1, correction=3)
+    with pytest.raises(ShapeError, match="var: correction=1 needs static sizes of the "
+                                         "reduced axes"):
+        reduce_type("var", TensorType("f32", ("N", 3)), axis=0, correction=1)
+    assert reduce_type("var", TensorType("f32", ("N", 3)), axis=1,
+                       correction=1) == TensorType("f32", ("N",))
+
+
 # ---- type rules ----------------------------------------------------------------------
 
 def reduce_type(op, t, **attrs):

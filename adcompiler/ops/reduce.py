@@ -2,7 +2,9 @@
 
 Each reduction takes ``axis`` (None: all axes; an int or a list of ints, negative allowed)
 and ``keepdims``. Conventions: ``max``/``min`` split the cotangent equally among the
-elements tied for the extremum; ``var`` is the population variance (divides by N).
+elements tied for the extremum; ``var`` is the population variance (divides by N), or with
+``correction=c`` divides by ``N - c`` (PyTorch's `correction`; 1 is the unbiased variance),
+which needs static sizes of the reduced axes and ``N - c > 0``.
 """
 from __future__ import annotations
 
@@ -49,6 +51,22 @@ def _reduce(name, kind):
         except ShapeError as e:
             raise ShapeError(f"{name}: {e.message}") from None
     return infer
+
+
+def _var_type(types, attrs):
+    out = _reduce("var", "float")(types, attrs)
+    c = attrs["correction"]
+    if c:
+        x = types[0]
+        dims = [x.shape[k] for k in reduced_axes(x.rank, attrs["axis"])]
+        if not all(isinstance(d, int) for d in dims):
+            raise ShapeError(f"var: correction={c} needs static sizes of the reduced axes, "
+                             f"got {x} over axis {attrs['axis']}")
+        n = num_elements(dims)
+        if n - c <= 0:
+            raise ShapeError(f"var: correction={c} leaves no degrees of freedom: {n} "
+                             f"element{'s' if n != 1 else ''} reduced in {x}")
+    return out
 
 
 def _sum_type(types, attrs):
@@ -100,11 +118,19 @@ def _logsumexp_vjp(b, op, ct):
     return [b.emit("mul", p, keep_dims(b, ct[0], op))]
 
 
+def _var_scale(b, op):
+    """2 / (N - correction): the derivative of var is that times x - mean(x)."""
+    x, c = op.operands[0], op.attrs["correction"]
+    if c:   # the type rule asked for static sizes
+        n = num_elements([x.type.shape[k] for k in reduced_axes(x.type.rank, op.attrs["axis"])])
+        return b.const(2.0 / (n - c), x.type.dtype)
+    return b.emit("div", b.const(2.0, x.type.dtype), count(b, op))
+
+
 def _var_vjp(b, op, ct):
     x = op.operands[0]
     centered = b.emit("sub", x, b.emit("mean", x, axis=op.attrs["axis"], keepdims=True))
-    scale = b.emit("div", b.const(2.0, x.type.dtype), count(b, op))
-    return [b.emit("mul", b.emit("mul", centered, scale), keep_dims(b, ct[0], op))]
+    return [b.emit("mul", b.emit("mul", centered, _var_scale(b, op)), keep_dims(b, ct[0], op))]
 
 
 def _reduce_like(b, op, v):
@@ -135,7 +161,7 @@ def _softmax_weight(b, op):
 def _var_weight(b, op):
     x = op.operands[0]
     centered = b.emit("sub", x, b.emit("mean", x, axis=op.attrs["axis"], keepdims=True))
-    return b.emit("mul", centered, b.emit("div", b.const(2.0, x.type.dtype), count(b, op)))
+    return b.emit("mul", centered, _var_scale(b, op))
 
 
 def _no_axes(name):
@@ -167,8 +193,9 @@ register("min", _reduce("min", "numeric"), options=AXIS_OPTIONS, traits=("reduct
 register("logsumexp", _reduce("logsumexp", "float"), options=AXIS_OPTIONS,
          traits=("reduction",), vjp=_logsumexp_vjp, jvp=_weighted_jvp(_softmax_weight),
          flops=4, batch=reduce_rule, fresh=True)
-register("var", _reduce("var", "float"), options=AXIS_OPTIONS, traits=("reduction",),
-         vjp=_var_vjp, jvp=_weighted_jvp(_var_weight), flops=3, batch=reduce_rule, fresh=True)
+register("var", _var_type, options=AXIS_OPTIONS + (Option("correction", "float", 0),),
+         traits=("reduction",), vjp=_var_vjp, jvp=_weighted_jvp(_var_weight), flops=3,
+         batch=reduce_rule, fresh=True)
 
 
 def _sum_to(types, attrs):

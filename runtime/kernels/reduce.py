@@ -34,8 +34,9 @@ for _op in ("sum", "mean", "max", "min"):
 
 
 @kernel("var")
-def var(xp, x, axis=None, keepdims=False):
-    return xp.var(x, axis=_axis(x, axis), keepdims=keepdims)  # population: ddof = 0
+def var(xp, x, axis=None, keepdims=False, correction=0):
+    # population (ddof 0) unless corrected: the sum of squares over N - correction
+    return xp.var(x, axis=_axis(x, axis), keepdims=keepdims, ddof=correction)
 
 
 @kernel("logsumexp")

@@ -2,6 +2,8 @@
 linear algebra, shapes, indexing) into adc calls; see ``opinfo_map``."""
 from __future__ import annotations
 
+import math
+
 import torch
 
 from opinfo_call import arg, axis_list, call, extra, normalize
@@ -133,12 +135,15 @@ def var(c, s):
     correction = s.kwargs.get("correction")
     keep = s.kwargs.get("keepdim", False)
     if unbiased is not None:
-        biased = unbiased is False
-        how = "" if biased else c.lacks("unbiased", unbiased)
-    else:  # PyTorch's default is the unbiased variance (correction 1)
-        how = "" if correction == 0 else c.lacks("correction", 1 if correction is None
-                                                 else correction)
+        correction = 1 if unbiased else 0
+    elif correction is None:  # PyTorch's default is the unbiased variance
+        correction = 1
+    how = c.opt("correction", correction) if correction else ""
     axis = axis_list(dim, x.dim())
+    n = x.numel() if axis is None else math.prod(
+        x.shape[a] for a in ([axis] if isinstance(axis, int) else axis))
+    if n - correction <= 0:   # PyTorch: inf or NaN
+        c.refuse(f"correction {correction} with {n} elements (no degrees of freedom)")
     return call("var", c.t(x), c.opt("axis", axis) if axis is not None else "",
                 c.opt("keepdims", bool(keep)) if keep else "", how)
 
