@@ -35,9 +35,15 @@ def cross_entropy(c, s):
 
 
 def bce(op: str):
+    """A ``weight`` multiplies each element's loss before the reduction, as PyTorch
+    defines it."""
     def tr(c, s):
-        more = [c.lacks(k, v) for k, v in s.kwargs.items() if k != "reduction"]
-        return reduced(c, s, call(op, c.t(s.input), c.t(s.args[0]), *more))
+        expr = call(op, c.t(s.input), c.t(s.args[0]),
+                    extra(c, s, {"reduction", "weight"}, 1))
+        weight = s.kwargs.get("weight")
+        if weight is not None:
+            expr = f"mul({expr}, {c.f(weight)})"
+        return reduced(c, s, expr)
     return tr
 
 
