@@ -259,35 +259,43 @@ class TrainCases:
                                                    for k, v in files.items()}})
 
     def options(self, files: dict, seed: dict, other: dict) -> list[str]:
+        """Options of a case: in most cases every value is one the option takes (so that
+        the run reaches its steps), in the others any value."""
         rng = self.rng
         out: list[str] = []
+        wild = rng.random() < 0.3
 
         def maybe(p: float, *opts):
             if rng.random() < p:
                 out.extend(opts)
 
-        maybe(0.5, "--batch", rng.choice(["1", "2", "3", "4", "4", "8", "9", "100"]))
-        maybe(0.15, "--accumulate", rng.choice(["1", "2", "3", "0"]))
-        maybe(0.2, "--seed", rng.choice(["0", "1", "-1", "4294967296",
-                                         "18446744073709551616", "-99999999999999999999"]))
-        maybe(0.3, "--optimizer", rng.choice([
-            "sgd", "adam", "adamw", "sgd:lr=0.1,momentum=0.9", "sgd:lr=0.1,nesterov=1",
-            "adam:lr=1,lr=2", "adam:lr=nan", "adam:lr=-1", "adam:b1=2", "adam:eps=0",
-            "adamw:wd=0.1,weight_decay=0.2", "sgd:momentum=-1", "adam:lr=1e400", "rmsprop",
-            "adam:", "adam:=1", "adam:lr", "sgd:lr=0.1,,", "adam:lr=1e-3,b2=1"]))
-        maybe(0.15, "--schedule", rng.choice(["constant", "warmup:steps=1", "warmup:steps=0",
-                                              "cosine", "cosine:warmup=1,min_lr=0.1",
-                                              "cosine:warmup=100", "warmup:steps=-1",
-                                              "warmup:steps=1,steps=2", "linear"]))
-        maybe(0.1, "--clip", rng.choice(["1", "0.5", "0", "-1", "nan", "inf", "1e-30"]))
+        def pick(values: list, valid: int):
+            """One of `values`, whose first `valid` are values the option takes."""
+            return rng.choice(values if wild else values[:valid])
+
+        maybe(0.5, "--batch", pick(["1", "2", "3", "4", "4", "8", "9", "100"], 6))
+        maybe(0.15, "--accumulate", pick(["1", "2", "3", "0"], 3))
+        maybe(0.2, "--seed", pick(["0", "1", "4294967296", "-1", "18446744073709551616",
+                                   "-99999999999999999999"], 3))
+        maybe(0.3, "--optimizer", pick([
+            "adam", "adamw", "sgd:lr=0.1,momentum=0.9", "sgd:lr=0.1,momentum=0.9,nesterov=1",
+            "adam:lr=1e-3,b2=0.9", "adam:eps=0", "adam:lr=1e400", "sgd:lr=0.1,,", "adam:",
+            "sgd", "adam:lr=1,lr=2", "adam:b2=1", "sgd:lr=0.1,nesterov=1", "adam:lr=nan", "adam:lr=-1", "adam:b1=2",
+            "adamw:wd=0.1,weight_decay=0.2", "sgd:momentum=-1", "rmsprop", "adam:=1",
+            "adam:lr"], 9))
+        maybe(0.15, "--schedule", pick(["constant", "warmup:steps=1", "cosine",
+                                        "cosine:warmup=1,min_lr=0.1", "warmup:steps=0",
+                                        "cosine:warmup=100", "warmup:steps=-1",
+                                        "warmup:steps=1,steps=2", "linear"], 4))
+        maybe(0.1, "--clip", pick(["1", "0.5", "1e-30", "0", "-1", "nan", "inf"], 3))
         maybe(0.1, "--precision", rng.choice(["f16", "bf16"]))
         maybe(0.05, "--dtype", rng.choice(["f16", "f32", "f64"]))
         maybe(0.1, "--detect-anomaly")
         maybe(0.05, "--remat", rng.choice(["none", "sqrt", "revolve:2", "min-memory",
                                            "budget:4KiB"]))
-        maybe(0.05, "--memory-budget", rng.choice(["1KiB", "1MiB", "64MiB", "0"]))
+        maybe(0.05, "--memory-budget", pick(["1KiB", "1MiB", "64MiB", "0"], 3))
         maybe(0.05, "--init-scheme", rng.choice(["torch", "glorot", "kaiming", "normal"]))
-        maybe(0.05, "--bucket-mb", rng.choice(["1", "0.0001", "0", "-1"]))
+        maybe(0.05, "--bucket-mb", pick(["1", "0.0001", "0", "-1"], 2))
         maybe(0.03, "--wrt", rng.choice(["W1", "x", "nope", "m", "m.layers"]))
         if rng.random() < 0.2:
             files["v.npz"] = seed["data"] if rng.random() < 0.5 else \
@@ -303,8 +311,8 @@ class TrainCases:
                              ("--log", "log.jsonl"), ("--plot", "plot.png")):
             if rng.random() < (0.02 if option == "--plot" else 0.2):
                 out += [option, self.output_place(name)]
-        maybe(0.05, "--every", rng.choice(["1", "2", "0"]))
-        if rng.random() < 0.05:   # an input that is a device, a folder or a link to one
+        maybe(0.05, "--every", pick(["1", "2", "0"], 2))
+        if rng.random() < (0.1 if wild else 0.01):   # a device, a folder or a link to one
             out += [rng.choice(["--resume", "--init", "--val", "--data"]),
                     rng.choice(DEVICES + ["{dir}/link.npz", "{dir}"])]
         return out
