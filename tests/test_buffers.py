@@ -23,6 +23,7 @@ from adc_runtime.buffers import (ALIGN, alias_sources, plan_block, stacked_in_pl
                                  value_nbytes)
 from adc_runtime.executor import Executor, bind_dims, run_function
 from adc_runtime.kernels import DTYPES
+from sample_inputs import sample_inputs
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 NAMES = sorted(p.stem for p in SAMPLES.glob("*.tdsl"))
@@ -135,7 +136,7 @@ def test_loop_bodies_share_the_function_arena():
 @pytest.mark.parametrize("name", NAMES)
 def test_samples_planned_equal_unplanned(name, mode):
     comp = compile_program(str(SAMPLES / f"{name}.tdsl"), mode)
-    data = json.loads((SAMPLES / f"{name}.json").read_text())
+    data = sample_inputs(SAMPLES / f"{name}.tdsl", comp.module[comp.run_name])
     want, plain = run_checked(comp.module, comp.run_name, data, plan=False)
     got, ex = run_checked(comp.module, comp.run_name, data)
     assert ex.planned_writes > 0
@@ -234,8 +235,8 @@ def test_fused_kernels_write_planned_buffers(name):
     specs = kernel_specs(module)
     cp = fake_cupy({s.name: op for op, s in specs.items()}, [])
     backend._KERNELS.clear()
-    data = json.loads((SAMPLES / f"{name}.json").read_text())
     fn = module[comp.run_name]
+    data = sample_inputs(SAMPLES / f"{name}.tdsl", fn)
     arrays = [np.asarray(data[a.name], dtype=DTYPES[a.type.dtype]) for a in fn.args]
     ex = CheckingCuda(module, cp, bind_dims(fn, arrays), specs)
     want, _ = run_function(comp.module, comp.run_name, data, plan_buffers=False)

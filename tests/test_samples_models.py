@@ -55,9 +55,9 @@ def test_char_gpt_memory_budget_predicts_the_measured_peak(tmp_path):
     data = _zen(tmp_path)
     peaks = []
     adc.train(str(SAMPLES / "char_gpt.tdsl"), data, "adam:lr=3e-3", batch=16, steps=1,
-              memory_budget=3 * 2 ** 20, report=lambda p, m, policy: peaks.append((p, m)))
+              memory_budget=4 * 2 ** 20, report=lambda p, m, policy: peaks.append((p, m)))
     (predicted, measured), = peaks
-    assert predicted == measured <= 3 * 2 ** 20
+    assert predicted == measured <= 4 * 2 ** 20
 
 
 def _readme_command(name: str) -> str:
