@@ -135,6 +135,8 @@ UNMAPPED = {
     "dropout": "random: PyTorch draws other bits (adc's own tests check its mask and adjoint)",
     "uniform": "random, a constructor", "normal": "random, a constructor",
     "bernoulli": "random", "rng_fold": "random: a key derivation",
+    "max_pool2d_indices": "no OpInfo of its own: nn.functional.max_pool2d's return_indices "
+                          "samples compare their indices with it",
     "batchnorm_running": "the running statistics, which PyTorch's batch_norm updates in place "
                          "rather than returns",
 }

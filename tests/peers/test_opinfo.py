@@ -34,11 +34,14 @@ def ops():
     return {name: (info, entry) for name, info, entry in mapped_ops()}
 
 
-def few(entry, per_kind=(2, 1)):
-    """The first samples adc should run and the first it should refuse."""
+def few(entry, per_kind=(2, 1), scan=100):
+    """The first samples adc should run and the first it should refuse (among the first
+    `scan` samples, once there are enough to run)."""
     def pick(pairs):
         run, refused = [], []
         for i, s in pairs:
+            if i >= scan and len(run) >= per_kind[0]:
+                break
             c = Call()
             try:
                 entry.translate(c, s)
