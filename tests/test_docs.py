@@ -25,6 +25,9 @@ A ```tdsl block's info string may say more (``file=NAME`` as above, default ``ex
   that follows shows the error as ``adc`` prints it: those lines must appear, in order and
   one after another, in what it printed.
 
+Any block may say ``needs=MODULE``: it runs only where that optional package is installed
+(the ONNX example of README.md needs ``onnx``).
+
 README.md runs the same way: its ```console, ```tdsl and ```python blocks; its other blocks
 are ```sh commands run elsewhere (the Quick start by tests/test_train_samples.py) or
 ```text.
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import doctest
+import importlib.util
 import io
 import json
 import os
@@ -220,6 +224,9 @@ def run_page(path: Path, kinds=RUNNABLE) -> int:
     for fence in found:
         kind, line, code, file = fence.kind, fence.line, fence.text, fence.file
         where = f"{path.relative_to(ROOT)}:{line}"
+        needs = fence.info.get("needs")
+        if isinstance(needs, str) and importlib.util.find_spec(needs) is None:
+            continue  # an optional dependency's example: runs where it is installed
         if file:
             Path(file).write_text(code, encoding="utf-8")
         if kind == "python" and file:
