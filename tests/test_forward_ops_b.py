@@ -91,6 +91,10 @@ def test_stop_gradient_and_one_hot_have_zero_tangent():
     CHECKED.update({"stop_gradient", "one_hot"})
 
 
+def test_max_pool2d_indices_has_no_tangent():
+    checked("max_pool2d_indices", [rand(1, 2, 5, 5)], {"kernel": 2, "ceil_mode": True})
+
+
 def test_concat_with_one_tangent_fills_zeros():
     a, c = rand(2, 3), rand(1, 3)
     jm = JVP(wrt=("a1",), fn="f")(op_module("concat", [a, c], {"axis": 0}))
