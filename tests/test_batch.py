@@ -65,6 +65,7 @@ CASES = (
     + [(r, [f(2, 3, 4)], {"axis": axis, "keepdims": keep})
        for r in ("sum", "mean", "max", "min", "logsumexp", "var")
        for axis, keep in ((None, False), (0, False), (-1, True), ([0, 2], False))]
+    + [("var", [f(2, 3, 4)], {"axis": axis, "correction": 1.5}) for axis in (None, [0, 2])]
     + [("sum_to", [f(2, 3, 4)], {"shape": [3, 1]}), ("sum_to", [f(3, 4)], {"shape": [4]})]
     + [("matmul", [f(*a), f(*b)], {}) for a, b in (
         ((3,), (3,)), ((2, 3), (3,)), ((3,), (3, 4)), ((2, 3), (3, 4)),
