@@ -126,3 +126,27 @@ def test_training_mode_batch_norm_and_export_failures_are_named():
         except AdcError as e:
             from adcompiler.diagnostics import render
             raise AdcError(render(e)) from None
+
+
+class _Pools(torch.nn.Module):
+    def forward(self, x):
+        F = torch.nn.functional
+        y, i = F.max_pool2d(x, 3, 2, 1, (1, 2), True, return_indices=True)
+        a = F.avg_pool2d(x, 2, ceil_mode=True, count_include_pad=False, divisor_override=3)
+        z = F.max_pool2d(x, 2, dilation=2)
+        return y.sum() + a.sum() + (z * z).sum(), i
+
+
+def test_pooling_options_and_indices():
+    """dilation, ceil_mode, return_indices (max_pool2d_indices), count_include_pad and
+    divisor_override: the value, the indices and the gradient as PyTorch's."""
+    x = torch.randn(2, 3, 7, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    imp = adc.from_torch(_Pools(), (x,))
+    assert "max_pool2d_indices(" in imp.source
+    xt = x.clone().requires_grad_()
+    value, idx = _Pools()(xt)
+    value.backward()
+    (got, got_idx), (dx,) = adc.value_and_grad(imp.module, imp.fn, has_aux=True)(x.numpy())
+    np.testing.assert_allclose(got, value.item(), rtol=1e-12)
+    np.testing.assert_array_equal(got_idx, idx.numpy())
+    np.testing.assert_allclose(dx, xt.grad.numpy(), rtol=1e-12, atol=1e-13)

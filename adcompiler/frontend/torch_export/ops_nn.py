@@ -100,26 +100,22 @@ def _pair(v, default):
 
 @lowers("aten.max_pool2d_with_indices.default", "aten.max_pool2d.default")
 def max_pool(n):
+    """The indices of ``max_pool2d_with_indices`` are max_pool2d_indices' (written only
+    where the graph reads them)."""
     x = n.x(0)
     kernel = _pair(n.arg(1), None)
     stride = _pair(n.arg(2, [], "stride"), kernel)
     pad = _pair(n.arg(3, 0, "padding"), 0)
-    if _pair(n.arg(4, 1, "dilation"), 1) != [1, 1]:
-        n.refuse("dilation other than 1 is not supported")
-    _ceil(n, x, kernel, stride, pad, n.arg(5, False, "ceil_mode"))
-    expr = f"max_pool2d({x.name}, {ints(kernel)}, stride={ints(stride)}, padding={ints(pad)})"
+    dilation = _pair(n.arg(4, 1, "dilation"), 1)
+    ceil = "true" if n.arg(5, False, "ceil_mode") else "false"
+    opts = (f"{ints(kernel)}, stride={ints(stride)}, padding={ints(pad)}, "
+            f"dilation={ints(dilation)}, ceil_mode={ceil}")
+    expr = f"max_pool2d({x.name}, {opts})"
     if n.op.endswith("with_indices.default"):
-        n.emit_multi([expr, None])
+        reads = any(u.args[1:2] == (1,) for u in n.fx.users)   # getitem(node, 1)
+        n.emit_multi([expr, f"max_pool2d_indices({x.name}, {opts})" if reads else None])
     else:
         n.emit(expr)
-
-
-def _ceil(n, x, kernel, stride, pad, ceil):
-    if not ceil:
-        return
-    for size, k, s, p in zip(x.shape[2:], kernel, stride, pad):
-        if not isinstance(size, int) or (size + 2 * p - k) % s:
-            n.refuse("ceil_mode=True is not supported where it adds a window")
 
 
 @lowers("aten.avg_pool2d.default")
@@ -128,13 +124,12 @@ def avg_pool(n):
     kernel = _pair(n.arg(1), None)
     stride = _pair(n.arg(2, [], "stride"), kernel)
     pad = _pair(n.arg(3, 0, "padding"), 0)
-    _ceil(n, x, kernel, stride, pad, n.arg(4, False, "ceil_mode"))
-    cip = n.arg(5, True, "count_include_pad")
-    if not cip and any(pad):
-        n.refuse("count_include_pad=False with padding is not supported")
-    if n.arg(6, None, "divisor_override") is not None:
-        n.refuse("divisor_override is not supported")
-    n.emit(f"avg_pool2d({x.name}, {ints(kernel)}, stride={ints(stride)}, padding={ints(pad)})")
+    ceil = "true" if n.arg(4, False, "ceil_mode") else "false"
+    cip = "true" if n.arg(5, True, "count_include_pad") else "false"
+    divisor = n.arg(6, None, "divisor_override")
+    more = "" if divisor is None else f", divisor_override={int(divisor)}"
+    n.emit(f"avg_pool2d({x.name}, {ints(kernel)}, stride={ints(stride)}, padding={ints(pad)}, "
+           f"ceil_mode={ceil}, count_include_pad={cip}{more})")
 
 
 @lowers("aten._adaptive_avg_pool2d.default", "aten.adaptive_avg_pool2d.default")
