@@ -141,47 +141,58 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # static view of the lazy names above, for type checkers and IDEs
-    from .api.program import FunctionBuilder, load, parse_ir, parse_tdsl, run, runner, tensor_type
-    from adc_runtime.threads import blas_thread_count, blas_threads, set_blas_threads
-    from .api.compiled import Compiled, load_compiled
-    from .api.pyfunc import (function, grad, hessian, hvp, jacfwd, jacrev, jit, jvp,
-                             value_and_grad, vjp, vmap)
-    from .api.pycheck import check_grads
-    from .api.derivatives import auto_jacobian
-    from .api.show import show
-    from . import ops
-    from .training import optim
-    from .training.step import CompiledStep
-    from .training.python_step import train_step
-    from .training.loop import TrainResult, train
-    from .passes.train_step import TrainStep
-    from .diagnostics import AdcError, Loc, RunError, ShapeError, UnboundDimError
-    from .emit.dot import emit_dot
-    from .emit.python import emit_python
-    from .frontend import compile_file, compile_source
-    from .frontend.importer.imported import Imported
-    from .frontend.onnx import from_onnx
-    from .frontend.torch_export import from_torch
-    from .ir.builder import Builder
-    from .ir.core import Block, Function, Module, Op, Value
-    from .ir.printer import print_function, print_module
-    from .ir.types import TensorType
-    from .ir.verifier import VerifyError, verify
-    from .ops.registry import OpDef, Option
-    from .ops.registry import get as get_op
-    from .ops.registry import lookup as lookup_op
-    from .passes.activity import Activity
-    from .passes.canonicalize import Canonicalize
-    from .passes.cse import CSE
-    from .passes.dce import DCE
-    from .passes.jvp import JVP
-    from .passes.jvp import JVP as Forward
-    from .passes.hvp import HVP
-    from .passes.inline import Inline
-    from .passes.pipeline import (FunctionPass, ModulePass, get_pass, parse_pipeline,
-                                  pass_spec, register_pass, run_pipeline)
-    from .passes.remat import Remat
-    from .passes.batch import Batch
-    from .passes.reverse import Reverse
-    from .passes.scan_inputs import ScanInputs
-    from .plugins import PluginError, load_plugins, register_op
+    from .api.program import (FunctionBuilder as FunctionBuilder, load as load,
+        parse_ir as parse_ir, parse_tdsl as parse_tdsl, run as run, runner as runner,
+        tensor_type as tensor_type)
+    from adc_runtime.threads import (blas_thread_count as blas_thread_count,
+        blas_threads as blas_threads, set_blas_threads as set_blas_threads)
+    from .api.compiled import (Compiled as Compiled, load_compiled as load_compiled)
+    from .api.pyfunc import (function as function, grad as grad, hessian as hessian,
+        hvp as hvp, jacfwd as jacfwd, jacrev as jacrev, jit as jit, jvp as jvp,
+        value_and_grad as value_and_grad, vjp as vjp, vmap as vmap)
+    from .api.pycheck import check_grads as check_grads
+    from .api.derivatives import auto_jacobian as auto_jacobian
+    from .api.show import show as show
+    from . import ops as ops
+    from .training import optim as optim
+    from .training.step import CompiledStep as CompiledStep
+    from .training.python_step import train_step as train_step
+    from .training.loop import (TrainResult as TrainResult, train as train)
+    from .passes.train_step import TrainStep as TrainStep
+    from .diagnostics import (AdcError as AdcError, Loc as Loc, RunError as RunError,
+        ShapeError as ShapeError, UnboundDimError as UnboundDimError)
+    from .emit.dot import emit_dot as emit_dot
+    from .emit.python import emit_python as emit_python
+    from .frontend import (compile_file as compile_file, compile_source as compile_source)
+    from .frontend.importer.imported import Imported as Imported
+    from .frontend.onnx import from_onnx as from_onnx
+    from .frontend.torch_export import from_torch as from_torch
+    from .ir.builder import Builder as Builder
+    from .ir.core import (Block as Block, Function as Function, Module as Module, Op as Op,
+        Value as Value)
+    from .ir.printer import (print_function as print_function, print_module as print_module)
+    from .ir.types import TensorType as TensorType
+    from .ir.verifier import (VerifyError as VerifyError, verify as verify)
+    from .ops.registry import (OpDef as OpDef, Option as Option)
+    from .passes.activity import Activity as Activity
+    from .passes.canonicalize import Canonicalize as Canonicalize
+    from .passes.cse import CSE as CSE
+    from .passes.dce import DCE as DCE
+    from .passes.jvp import JVP as JVP
+    from .passes.hvp import HVP as HVP
+    from .passes.inline import Inline as Inline
+    from .passes.pipeline import (FunctionPass as FunctionPass, ModulePass as ModulePass,
+        get_pass as get_pass, parse_pipeline as parse_pipeline, pass_spec as pass_spec,
+        register_pass as register_pass, run_pipeline as run_pipeline)
+    from .passes.remat import Remat as Remat
+    from .passes.batch import Batch as Batch
+    from .passes.reverse import Reverse as Reverse
+    from .passes.scan_inputs import ScanInputs as ScanInputs
+    from .plugins import (PluginError as PluginError, load_plugins as load_plugins,
+        register_op as register_op)
+    from .ops.registry import get as _get_op
+    from .ops.registry import lookup as _lookup_op
+    from .passes.jvp import JVP as _Forward
+    get_op = _get_op
+    lookup_op = _lookup_op
+    Forward = _Forward
