@@ -4,7 +4,6 @@ per-example gradients."""
 from __future__ import annotations
 
 import itertools
-import json
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +15,7 @@ from adcompiler.ir.core import Block, Function, Module
 from adcompiler.ir.types import DTYPE_OF_NUMPY, TensorType
 from adcompiler.ops import registry
 from adcompiler.passes.batch import Batch
+from sample_inputs import sample_inputs
 
 ROOT = Path(__file__).resolve().parent.parent
 N = 3   # examples per batch
@@ -207,22 +207,33 @@ def test_every_op_with_operands_has_a_batching_rule():
 SAMPLES = sorted(p.stem for p in (ROOT / "samples").glob("*.tdsl"))
 
 
-@pytest.mark.parametrize("name", SAMPLES)
+# batchnorm_running has no batching rule yet: a batch of examples would share, and update,
+# one set of running statistics
+NO_BATCH_RULE = pytest.mark.xfail(strict=True, raises=adc.AdcError,
+                                  reason="batchnorm_running has no batching rule")
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=NO_BATCH_RULE)
+                                  if n == "digits_cnn" else n for n in SAMPLES])
 def test_every_sample_batched_against_a_loop(name):
-    """The data inputs batched (perturbed copies), parameters shared, in float64; then
-    per-example gradients: the adjoint program batched."""
+    """The data inputs batched (perturbed copies), parameters, state and the random key
+    shared, in float64; then per-example gradients: the adjoint program batched."""
+    from adcompiler.ops.random import key_input
     from adcompiler.passes.to_dtype import to_dtype
-    module = to_dtype(adc.load(ROOT / "samples" / f"{name}.tdsl"), "f64")
+    path = ROOT / "samples" / f"{name}.tdsl"
+    module = to_dtype(adc.load(path), "f64")
     fn = module.main
-    data = json.loads((ROOT / "samples" / f"{name}.json").read_text())
-    inputs = {a.name: np.asarray(data[a.name]) for a in fn.args}
+    inputs = sample_inputs(path, fn)
+    unbatched = set(fn.params) | set(fn.attrs.get("state", ()))
+    if key_input(fn) is not None:
+        unbatched.add(key_input(fn).name)
     rng = np.random.default_rng(3)
 
     def copies(v):
         if v.dtype.kind == "f":
             return np.stack([v + 0.1 * rng.standard_normal(v.shape) for _ in range(N)])
         return np.stack([v] * N)
-    names = [a.name for a in fn.args if a.name not in fn.params] or fn.arg_names[:1]
+    names = [a.name for a in fn.args if a.name not in unbatched] or fn.arg_names[:1]
     batched = {k: copies(inputs[k]) for k in names}
     shared = {k: v for k, v in inputs.items() if k not in batched}
     check_against_loop(module, fn.name, batched, shared, N, rtol=1e-10, atol=1e-12)

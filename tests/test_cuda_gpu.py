@@ -111,11 +111,11 @@ def f(x: f32[B, 3], W: f32[3, 3], ids: i64[2]) -> f32 {
 """
 
 NORMS = """\
-def f(x: f32[2, 3, 4], g: f32[3], b: f32[3], q: f32[2, 3, 4]) -> f32 {
+def f(x: f32[2, 3, 4], g: f32[3], b: f32[3], q: f32[2, 3, 4], s: f32[4]) -> f32 {
     n = batchnorm(x, g, b) + expand_dims(cast(argmax(x, axis=1), f32), 1)
-    r = rmsnorm(x, ones([4])) + expand_dims(cast(argmin(x, axis=1), f32), 1)
+    r = rmsnorm(x, s) + expand_dims(cast(argmin(x, axis=1), f32), 1)
     a = attention(q, x, x, causal=true)
-    return sum(n * r) + mean(cumsum(a, axis=1))
+    return sum(n * r) + mean(cumsum(a, axis=1)) + mean(cast(max_pool2d_indices(x, 2), f32))
 }
 """
 
@@ -150,11 +150,12 @@ def programs():
     inputs = {"x": RNG.standard_normal((4, 3)).astype(np.float32),
               "W": RNG.standard_normal((3, 3)).astype(np.float32), "ids": np.array([2, 0])}
     out.append(("extra", m, "f_grad", inputs))
-    m = Reverse(wrt=("x", "g", "b", "q"), fn="f")(compile_source(NORMS, "norms.tdsl"))
+    m = Reverse(wrt=("x", "g", "b", "q", "s"), fn="f")(compile_source(NORMS, "norms.tdsl"))
     inputs = {"x": RNG.standard_normal((2, 3, 4)).astype(np.float32),
               "g": RNG.standard_normal(3).astype(np.float32),
               "b": RNG.standard_normal(3).astype(np.float32),
-              "q": RNG.standard_normal((2, 3, 4)).astype(np.float32)}
+              "q": RNG.standard_normal((2, 3, 4)).astype(np.float32),
+              "s": RNG.standard_normal(4).astype(np.float32)}
     out.append(("norms", m, "f_grad", inputs))
     m = Reverse(wrt=("x", "y"), fn="f")(compile_source(COLLECTIVE, "collective.tdsl"))
     inputs = {"x": RNG.standard_normal((2, 3)).astype(np.float32),

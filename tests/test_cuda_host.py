@@ -9,7 +9,6 @@ dtype combination with more values is marked ``slow``."""
 from __future__ import annotations
 
 import itertools
-import json
 import warnings
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from adc_runtime.kernels import PLUGIN_OPS
 from cuda_host import GXX, HostKernels, host_cupy, host_kernel
 import test_ops_shape
 from test_ops_shape import _type
+from sample_inputs import sample_inputs
 
 if GXX is None:
     pytest.skip("g++ is not installed: the generated CUDA kernels cannot be built for the "
@@ -104,9 +104,9 @@ def sample_programs(host):
     """(name, mode) -> (module, fused, specs, run name, inputs); every kernel built at once."""
     out = {}
     for name in NAMES:
-        data = json.loads((SAMPLES / f"{name}.json").read_text())
         for mode in ("forward", "reverse"):
             comp = compile_program(str(SAMPLES / f"{name}.tdsl"), mode)
+            data = sample_inputs(SAMPLES / f"{name}.tdsl", comp.module[comp.run_name])
             fused, specs = fused_specs(comp.module)
             out[name, mode] = (comp.module, fused, specs, comp.run_name, data)
     prebuild(host, [s for v in out.values() for s in v[2].values()])
