@@ -232,9 +232,10 @@ def build_step(fn: Function, adjoint: Function, wrt: list[str], opt, clip: float
     attrs = {"train_step_of": fn.name, "params": tuple(wrt), "state": tuple(state_names),
              "batch": tuple(a.name for a in batch), "accumulate": k,
              "outputs": tuple(outputs), "slot_of": {n: p.name for _, p, n in slots},
-             "in_place": {n: 1 + j for j, n in enumerate(wrt + state_names)},
-             "model_state": tuple(model_state),
-             "state_init": dict(fn.attrs.get("state_init", {}))}
+             "in_place": {n: 1 + j for j, n in enumerate(wrt + state_names)}}
+    if model_state:   # the function's own state inputs (running statistics and the like)
+        attrs["model_state"] = tuple(model_state)
+        attrs["state_init"] = dict(fn.attrs.get("state_init", {}))
     if "stacked" in fn.attrs:   # the layers of stacked groups, for paths outside
         attrs["stacked"] = fn.attrs["stacked"]
     return Function(name, body, [v.type for v in results], set(wrt), attrs, fn.loc)

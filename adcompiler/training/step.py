@@ -164,7 +164,7 @@ class CompiledStep:
                 state[name] = self._own(xp.array(given[name], dtype=dtype, copy=True))
             elif name in self.model_state:
                 shape = self._state_shape(name, params)
-                state[name] = self._own(xp.full(shape, attrs["state_init"].get(name, 0),
+                state[name] = self._own(xp.full(shape, attrs.get("state_init", {}).get(name, 0),
                                                 dtype=dtype))
             else:
                 shape = xp.asarray(params[slot_of[name]]).shape
