@@ -200,7 +200,14 @@ def _failures(specs, paths=None) -> list[str]:
     return failed
 
 
-@pytest.mark.parametrize("sample", SAMPLES, ids=lambda p: p.stem)
+# the two training-sized samples compile the most kernels (about a minute each on a
+# busy machine): with ``-m slow``; their kinds of kernel are the other samples' too
+SLOW_SAMPLES = ("char_gpt", "digits_cnn")
+
+
+@pytest.mark.parametrize("sample", [
+    pytest.param(s, marks=pytest.mark.slow) if s.stem in SLOW_SAMPLES else s for s in SAMPLES],
+    ids=lambda p: p.stem)
 def test_sample_kernels_compile_with_nvrtc(sample, nvrtc_arch):
     specs = sample_specs(sample)
     assert specs, "every sample has fused kernels"
