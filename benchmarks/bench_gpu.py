@@ -278,8 +278,16 @@ def standin_launches(model: str, sizes: dict) -> dict:
 def run_torch(model: str, sizes: dict, compiled: bool, clock_for, gpu: bool) -> Row:
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
+    # cuDNN's flags through their context manager: a process that imported PyTorch's test
+    # utilities (the OpInfo suite) has frozen their global setters
+    cudnn = torch.backends.cudnn
+    with cudnn.flags(enabled=cudnn.enabled, benchmark=cudnn.benchmark,
+                     deterministic=cudnn.deterministic, allow_tf32=False):
+        return _torch_row(torch, model, sizes, compiled, clock_for, gpu)
+
+
+def _torch_row(torch, model: str, sizes: dict, compiled: bool, clock_for, gpu: bool) -> Row:
     dev = "cuda" if gpu else "cpu"
     fwd = load(model, sizes, "forward")
     params = set(fwd.primal.params) or {a.name for a in fwd.primal.args}
