@@ -18,6 +18,7 @@ import math
 import os
 import re
 import stat
+import tokenize
 import zipfile
 import zlib
 from typing import Callable, Mapping, Sequence
@@ -29,9 +30,10 @@ from .errors import AdcError, RunError
 MAX_INT_DIGITS = 20      # more digits fit no integer dtype (uint64 has 20)
 MAX_RANK = 64            # NumPy's limit on dimensions
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")   # as the lexers count lines
-# what a damaged archive raises while being read (zlib, zipfile and NumPy's .npy reader)
-_BROKEN = (zipfile.BadZipFile, zlib.error, EOFError, ValueError, OSError, KeyError,
-           NotImplementedError, RuntimeError, OverflowError, SyntaxError)
+# what a damaged archive raises while being read (zlib, zipfile and NumPy's .npy reader,
+# which tokenizes the header's text)
+BROKEN = (zipfile.BadZipFile, zlib.error, EOFError, ValueError, OSError, KeyError,
+          NotImplementedError, RuntimeError, OverflowError, SyntaxError, tokenize.TokenError)
 
 
 class JsonSyntaxError(AdcError):
@@ -110,7 +112,7 @@ def read_npz(raw: bytes, path: str, check_size: Callable[[int, str], None] | Non
                     out[name[:-4]] = read_npy(f, f"'{path}': array '{name[:-4]}'", check_size)
     except AdcError:
         raise
-    except _BROKEN as e:
+    except BROKEN as e:
         raise AdcError(f"'{path}' is damaged or truncated ({type(e).__name__}: {e})") from None
     return out
 

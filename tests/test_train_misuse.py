@@ -394,3 +394,32 @@ def test_a_resumed_log_is_read_back_only_from_a_regular_file(tmp_path, capsys, d
     link.write_text('{"step": 1}\n1\n')
     rc, _, err = train(capsys, data, "--resume", ck, "--steps", 2, "--log", link)
     assert rc == 1 and f"{link}:2: not a JSON object; will not append to it" in err
+
+
+# ---- found by the fuzzer ---------------------------------------------------------------
+
+def test_a_data_folder_with_a_device_or_a_damaged_shard(tmp_path, capsys):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    x = np.zeros((8, 4), np.float32)
+    np.savez_compressed(folder / "a.npz", x=x, labels=np.zeros(8, np.int64))
+    raw = bytearray((folder / "a.npz").read_bytes())
+    start = raw.index(b"x.npy") + 5 + 16   # into the deflated data of 'x'
+    raw[start:start + 8] = b"\xff" * 8
+    (folder / "a.npz").write_bytes(bytes(raw))
+    rc, _, err = adc(capsys, "train", MLP, "--data", folder)
+    assert rc == 1 and "is damaged" in err
+    (folder / "a.npz").unlink()
+    os.symlink("/dev/zero", folder / "x.npy")
+    rc, _, err = adc(capsys, "train", MLP, "--data", folder)
+    assert rc == 1 and "'x.npy' is not a regular file" in err
+
+
+def test_an_npy_header_that_does_not_tokenize(tmp_path, capsys):
+    header = b"{'descr': '<f4', 'fortran_order': False, 'shape': (3,\n"
+    header += b" " * (63 - (10 + len(header)) % 64) + b"\n"
+    member = b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header
+    with zipfile.ZipFile(tmp_path / "in.npz", "w") as z:
+        z.writestr("x.npy", member + bytes(12))
+    rc, _, err = adc(capsys, "run", MLP, "--inputs", tmp_path / "in.npz")
+    assert rc == 1 and "is damaged or truncated" in err

@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from adc_runtime.datafiles import read_npy, read_npy_header
+from adc_runtime.datafiles import BROKEN, read_npy, read_npy_header
 
 from ..diagnostics import AdcError
 from ..memory.limit import check_fits
@@ -79,6 +79,9 @@ def open_folder(path: str, what: str) -> dict[str, Rows]:
     names = sorted(os.listdir(path))
     npy = [n for n in names if n.endswith(".npy")]
     npz = [n for n in names if n.endswith(".npz")]
+    for n in npy + npz:   # a device or a pipe would be read forever, or wait for a writer
+        if not os.path.isfile(os.path.join(path, n)):
+            raise AdcError(f"{what} folder '{path}': '{n}' is not a regular file")
     if npy and npz:
         raise AdcError(f"{what} folder '{path}' holds both .npy files and .npz shards: give "
                        "one array per input (NAME.npy) or shards (*.npz), not both")
@@ -117,9 +120,15 @@ def open_folder(path: str, what: str) -> dict[str, Rows]:
 
 
 def _map_npy(path: str) -> np.ndarray:
-    with open(path, "rb") as f:
-        shape, fortran, dtype = read_npy_header(f, f"'{path}'")
-        offset = f.tell()
+    try:
+        with open(path, "rb") as f:
+            shape, fortran, dtype = read_npy_header(f, f"'{path}'")
+            offset = f.tell()
+    except AdcError:
+        raise
+    except BROKEN as e:
+        raise AdcError(f"'{path}' is damaged or not a .npy file ({type(e).__name__}: "
+                       f"{e})") from None
     return _map(path, offset, shape, fortran, dtype, f"'{path}'")
 
 
@@ -171,7 +180,7 @@ def _open_npz(path: str) -> dict[str, np.ndarray]:
                         out[name] = read_npy(f, what, check_fits)
     except AdcError:
         raise
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError, struct.error) as e:
+    except (*BROKEN, struct.error) as e:
         raise AdcError(f"'{path}' is damaged or not an .npz archive ({type(e).__name__}: "
                        f"{e})") from None
     return out

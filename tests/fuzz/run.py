@@ -66,10 +66,10 @@ def fuzz(count: int, seed: int, limit: float = 30.0, failures: Path | None = Non
 
 def _save(folder: Path, n: int, f) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    suffix = ".json" if f.text.startswith('{"argv"') else \
-        ".ir" if f.argv[1].endswith(".ir") else ".tdsl"
-    (folder / f"{n:05d}-{f.oracle}{suffix}").write_bytes(
-        f.text.encode("utf-8", errors="surrogatepass"))
+    suffix = ".json" if f.text.startswith('{"argv"') else ".npz" if f.text.startswith("PK") \
+        else ".ir" if f.argv[1].endswith(".ir") else ".tdsl"
+    (folder / f"{n:05d}-{f.oracle}{suffix}").write_bytes(   # (an .npz's bytes as latin-1)
+        f.text.encode("latin-1" if suffix == ".npz" else "utf-8", errors="surrogatepass"))
     (folder / f"{n:05d}-{f.oracle}.txt").write_text(
         "adc " + " ".join(f.argv) + "\n\n" + f.detail + "\n")
 
