@@ -179,3 +179,15 @@ def test_a_long_chain_is_cut_into_groups_of_at_most_max_members():
     want, _ = _run(compile_source(src, "<t>"), "f", {"x": x})
     got, _ = _run(m, "f", {"x": x})
     np.testing.assert_array_equal(got[0], want[0])
+
+
+def test_an_unused_reduction_does_not_close_a_group():
+    """Without dce a reduction may be dead: closing a group with it left a kernel with
+    nothing to write, which the CUDA emitter could not make."""
+    from adcompiler.emit.cuda import emit_cuda
+    src = ("def f(x: f32[4, 3], y: f32[4, 3]) -> f32[4, 3] {\n"
+           "    s = sum(exp(x * y), axis=1)\n    return x - y\n}\n")
+    m = fuse(src)
+    groups = fused_ops(m["f"])
+    assert all(o.name != "sum" for g in groups for o in g.regions[0].ops)
+    assert "ElementwiseKernel" in emit_cuda(m)

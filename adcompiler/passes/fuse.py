@@ -172,8 +172,8 @@ class _BlockFuser:
         j = self.def_at.get(ops[k].operands[0])
         g = self.group_of.get(j) if j is not None else None
         if g is None or g.closer is not None or ops[j].result.type.shape != g.shape \
-                or len(g.members) >= MAX_MEMBERS:
-            return
+                or len(g.members) >= MAX_MEMBERS or not self.users.get(ops[k].result):
+            return   # (an unused reduction would leave its kernel with nothing to write)
         members, mask = g.members + [k], g.mask | (1 << k)
         ext = {y for y in g.ext | self.producers[k] if not (mask >> y) & 1}
         if not self.legal(members, mask, g.shape, ext, closer=k):
