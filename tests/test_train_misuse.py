@@ -295,6 +295,7 @@ def _edit_meta(ck: Path, edit) -> None:
                                   "least 0, got -5"),
     (lambda m: m.update(rng=[1]), "its metadata field 'rng' must be a random generator's"),
     (lambda m: m.update(rng={"bit_generator": "PCG64"}), "field 'rng' is not a state"),
+    (lambda m: m["rng"].update(uinteger=-2 ** 63), "field 'rng' is not a state"),
     (lambda m: m.update(scaler={"scale": "x"}), "field 'scaler' must be none or a loss"),
     (lambda m: m["model"].pop("params"), "field 'model' must be the model's signature"),
     (lambda m: m.update(batch=99), "stopped at batch 100 of its epoch"),

@@ -181,7 +181,7 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
                                      dict(plan, optimizer=kind))
         try:
             rng.bit_generator.state = pos.rng_state
-        except (TypeError, ValueError, KeyError) as e:
+        except (TypeError, ValueError, KeyError, OverflowError) as e:
             raise AdcError(f"checkpoint '{resume}': its metadata field 'rng' is not a state of "
                            f"this run's random generator ({e})") from None
     guards.agree_on_plan(comm, dict(plan, steps=steps, bucket_mb=bucket_mb, seed=seed,
