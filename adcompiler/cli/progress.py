@@ -22,9 +22,12 @@ class Progress:
                         disable=not enabled, dynamic_ncols=True, leave=False)
 
     def __call__(self, done: int, total: int) -> None:
-        if self.bar.total != total:
-            self.bar.total = total
         self.bar.update(done - self.bar.n)
+        if self.bar.total != total or done == total:
+            # tqdm redraws at most every 0.1 s: a new total and the last step are drawn
+            # now, so a run shorter than that still shows where it stood
+            self.bar.total = total
+            self.bar.refresh()
 
     def __enter__(self) -> "Progress":
         return self
