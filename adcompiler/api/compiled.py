@@ -128,6 +128,8 @@ class Compiled:
 
         def renest(x):
             if isinstance(x, dict) and x and set(x) <= names:
+                if self.in_axes:   # each result's examples on axis 0, before its layers
+                    x = {k: _layers_first(v, k, stacks) for k, v in x.items()}
                 return nest(split(stacks, x))
             if isinstance(x, tuple):
                 return tuple(renest(v) for v in x)
@@ -154,6 +156,11 @@ class Compiled:
                     self.module, self.spec["primal"], list(names), self.spec, self.device,
                     self.dims, self.dtype, style="dict")
             target = self._variants[names]
+        elif self.in_axes and self.spec["kind"] in ("grad", "value_and_grad") and \
+                not self.spec["explicit"] and set(self.spec["wrt"]) == set(params):
+            # a batched gradient of the params given: returned as a dict, as unbatched
+            named = self.bind((), {**positional, **kwargs, **params})
+            return finish({**self.spec, "style": "dict"}, self.call(named))
         named = target.bind((), {**positional, **kwargs, **params})
         return target.finish(target.call(named), named)
 
@@ -174,6 +181,14 @@ class Compiled:
 
     def __repr__(self) -> str:
         return f"<Compiled {self.fn_name}({', '.join(self.inputs)})>"
+
+
+def _layers_first(a, name: str, stacks: Mapping):
+    """A batched result of a stacked input with its layer axes before the batch axis, so
+    that splitting it by layer leaves each layer's examples on axis 0."""
+    import numpy as np
+    depth = sum(1 for p in stacks if name.startswith(p + "."))
+    return np.moveaxis(a, 0, depth) if depth else a
 
 
 def gradient(module: Module, fn: str, names: list[str], spec: dict, device, dims, dtype,

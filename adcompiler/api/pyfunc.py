@@ -249,14 +249,12 @@ class PyVmap:
 
     def __call__(self, *args: Any) -> Any:
         from .vectorize import vmap
+        from .axes import prefix_leaves
         axes = self.axes_for(args)
         examples, batched = [], []
-        for a, ax in zip(args, axes):
+        for k, (a, ax) in enumerate(zip(args, axes)):
             leaves, tree = pytree.flatten(a)
-            ax_leaves = [ax] * len(leaves) if ax is None or isinstance(ax, int) else \
-                pytree.flatten(ax)[0]
-            if len(ax_leaves) != len(leaves):
-                raise TypeError("in_axes does not match the structure of an argument")
+            ax_leaves = prefix_leaves(ax, a, f"[{k}]")
             ex = [_Example(x, k) if k is not None else x for x, k in zip(leaves, ax_leaves)]
             examples.append(pytree.unflatten(tree, ex))
             batched += [k for k in ax_leaves]
