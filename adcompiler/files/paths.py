@@ -123,6 +123,11 @@ def _same_layers(layers: dict, stacks: Mapping, what: str) -> None:
         by_group.setdefault(_outer(name, stacks), {})[name] = parts
     for group, leaves in by_group.items():
         seen = {i[0] for parts in leaves.values() for i in parts}
+        n = stacks.get(group)
+        if isinstance(n, int) and max(seen) + 1 < n:   # the last layers left out everywhere
+            example = next(iter(next(iter(leaves.values())).values()))[0]
+            raise AdcError(f"{what}: missing '{_layer_path(example, (max(seen) + 1,))}': "
+                           f"stacked group '{group}' has {n} layers")
         for name, parts in leaves.items():
             mine = {i[0] for i in parts}
             if mine != seen:

@@ -178,7 +178,7 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
     kind = getattr(optimizer, "kind", str(optimizer))
     if resume is not None:
         params, state, pos = _resume(resume, signature, scaler, state, f,
-                                     dict(plan, optimizer=kind))
+                                     dict(plan, optimizer=kind), step_fn)
         try:
             rng.bit_generator.state = pos.rng_state
         except (TypeError, ValueError, KeyError, OverflowError) as e:
@@ -201,7 +201,8 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
                 "batch": pos.batch, "rng": pos.rng_state,
                 "scaler": scaler.state() if scaler else None, "optimizer": kind,
                 "plan": plan}
-        ckpt.save(checkpoint, split(stacks_of(f), params), state, meta)   # by leaf path
+        ckpt.save(checkpoint, split(stacks_of(f), params),    # by leaf path
+                  state_as_tree(step_fn, state, f), meta)
 
     while pos.step < steps:
         idx = batches[pos.batch]
@@ -250,6 +251,7 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
     result.params, result.state, result.step = params, state, pos.step
     if nested:   # given as nested dicts and lists: returned so
         result.params = nest(split(stacks_of(f), {k: ckpt.host(v) for k, v in params.items()}))
+        result.state = state_as_tree(step_fn, state, f)
     return result
 
 
@@ -331,7 +333,32 @@ def _fit_budget(run, optimizer, names, budget: int, options: dict) -> tuple:
     return best
 
 
-def _resume(path: str, signature: dict, scaler, template, fn, plan: dict) -> tuple:
+def state_as_tree(step, state: Mapping, fn) -> dict:
+    """A step's flat state as the tree mirroring the params' (`state_tree`), on the host."""
+    from .state_tree import layout, to_tree
+    return to_tree({k: ckpt.host(v) for k, v in state.items()}, layout(step),
+                   lambda d: nest(split(stacks_of(fn), d)))
+
+
+def _saved_state(path: str, flat: Mapping, template: Mapping, fn, step) -> dict:
+    """The flat state of a checkpoint: saved as the tree (``state/exp_avg/m/W``), or keyed
+    by the step's input names as checkpoints were written before (``state/exp_avg_m.W``)."""
+    old = ckpt.flatten(template)
+    if set(flat) <= set(old):
+        return ckpt.unflatten(template, flat, path)
+    from ..files.paths import flat_paths, join
+    from .state_tree import from_tree, layout
+    tree = state_as_tree(step, template, fn)
+    extra = sorted(set(flat) - set(ckpt.flatten(tree)))
+    if extra:
+        raise AdcError(f"checkpoint '{path}': optimizer state '{extra[0]}' is not one of this "
+                       "run's (saved with another optimizer?)")
+    return from_tree(ckpt.unflatten(tree, flat, path), layout(step),
+                     lambda t, what, names: join(fn, flat_paths(t), f"checkpoint '{path}': "
+                                                 f"{what}", names))
+
+
+def _resume(path: str, signature: dict, scaler, template, fn, plan: dict, step) -> tuple:
     from . import guards
     params, flat, meta = ckpt.load(path)
     ckpt.check_meta(path, meta)
@@ -349,11 +376,7 @@ def _resume(path: str, signature: dict, scaler, template, fn, plan: dict) -> tup
                        "depend on them)")
     guards.check_resume(path, meta, batches=plan["rows"] // (plan["batch"] * plan["accumulate"]),
                         optimizer=plan["optimizer"])
-    extra = sorted(set(flat) - set(ckpt.flatten(template)))
-    if extra:
-        raise AdcError(f"checkpoint '{path}': optimizer state '{extra[0]}' is not one of this "
-                       "run's (saved with another optimizer?)")
-    state = ckpt.unflatten(template, flat, path)
+    state = _saved_state(path, flat, template, fn, step)
     if scaler is not None and meta.get("scaler"):
         scaler.load_state(meta["scaler"])
     pos = _Position(meta["step"], meta["epoch"], meta["batch"], meta["rng"])

@@ -149,6 +149,9 @@ class CompiledStep:
         """The initial state for `params`: the counter ``step`` = 0, zeros for every
         optimizer slot (torch's lazily created state, made up front), and each state input
         of the program at its declared initial value unless `model_state` gives it."""
+        from ..files.paths import is_nested
+        if is_nested(params):   # nested dicts and lists: the state mirrors them
+            return self.state_tree(self.init(self._flat(params), model_state))
         params = self._flat(params)
         self._check("params", params, self.params)
         attrs = self.module[self.fn_name].attrs
@@ -197,6 +200,10 @@ class CompiledStep:
                 return self._call_tree(params, state, batch)
             self._check("params", params, self.params)
         if state.keys() != keys["state"]:
+            from .state_tree import is_tree, layout
+            if is_tree(state, layout(self)):
+                new, state, metrics = self(params, self.state_flat(state), batch)
+                return new, self.state_tree(state), metrics
             self._check("state", state, self.state_names)
         if batch.keys() != keys["batch"]:
             self._check("batch", batch, self.batch_names)
@@ -242,9 +249,27 @@ class CompiledStep:
 
     def _call_tree(self, params, state, batch) -> tuple:
         """A step on parameters given as nested dicts and lists, returned the same way."""
-        from ..files.paths import nest, split, stacks_of
         new, state, metrics = self(dict(self._flat(params)), state, batch)
-        return nest(split(stacks_of(self.module[self.fn_name]), new)), state, metrics
+        return self._regroup(new), state, metrics
+
+    def _regroup(self, arrays: dict):
+        """Arrays by input name as the params' tree (each layer of a stack a leaf)."""
+        from ..files.paths import nest, split, stacks_of
+        return nest(split(stacks_of(self.module[self.fn_name]), arrays))
+
+    def state_tree(self, state: Mapping[str, Any]) -> dict:
+        """The state keyed by input name as a tree mirroring the params' (`state_tree`):
+        ``{"step": ..., "exp_avg": <params' tree>, ..., "model": <state inputs>}``."""
+        from .state_tree import layout, to_tree
+        return to_tree(state, layout(self), self._regroup)
+
+    def state_flat(self, tree: Mapping[str, Any]) -> dict:
+        """`state_tree`'s inverse: the state keyed by the step's input names."""
+        from ..files.paths import flat_paths, join
+        from .state_tree import from_tree, layout
+        fn = self.module[self.fn_name]
+        return from_tree(tree, layout(self),
+                         lambda t, what, names: join(fn, flat_paths(t), what, names))
 
     def _count_unfused(self, seconds: float) -> None:
         """Add a call's time; past `FUSE_AFTER_S`, later calls run a fusing runner (a new
