@@ -19,7 +19,13 @@ parameters and state donated (``--steps-kind grad`` leaves it out). Workloads (f
 * ``transformer_block``: benchmarks/models/transformer_block.tdsl, B 2, T 128, D 256,
   4 heads, F 1024;
 * ``deep_mlp``: benchmarks/models/deep_mlp.tdsl, 64 residual tanh layers, batch 1024,
-  width 64 (a loop in adc, ``unbind`` in PyTorch, ``lax.scan`` in JAX).
+  width 64 (a loop in adc, ``unbind`` in PyTorch, ``lax.scan`` in JAX);
+* ``digits_cnn``, ``char_gpt``: the training steps of samples/digits_cnn.tdsl (batch 64:
+  three convolutions with batch normalization and running statistics, two max pools,
+  dropout) and samples/char_gpt.tdsl (16 rows of 32 characters: two blocks of causal
+  attention, RMSNorm, GELU, dropout), each peer written with its framework's own layers
+  (`sample_steps.py`); training steps only, and their "grad diff" compares the parameters
+  after one step with every dropout probability 0 (the frameworks draw different masks).
 
 Each thread count runs in a child process whose BLAS (threadpoolctl), PyTorch
 (``set_num_threads``) and XLA (``XLA_FLAGS``) are limited to it before anything runs. Times
@@ -200,7 +206,20 @@ def child(args) -> dict:
             f"{i.get('num_threads')} threads)" for i in threadpool_info()
             if i.get("user_api") == "blas"]
     rows = []
+    sys.path.insert(0, str(HERE))
+    import sample_steps
     for name in args.models:
+        if name in sample_steps.SAMPLES:
+            if "train" in args.kinds:
+                peers = [p for p in frameworks if p != "jax.jit" or _has("optax")]
+                row = sample_steps.train_row(name, ["adc", *peers], args.batch, LR,
+                                             lambda steps: time_steps(steps, args))
+                row.update(threads=args.nthreads, load=os.getloadavg()[0])
+                rows.append(row)
+                print(f"  {name} train at {args.nthreads} thread(s): "
+                      + ", ".join(f"{k} {v:.3g}" for k, v in row.items()
+                                  if isinstance(v, float)), file=sys.stderr, flush=True)
+            continue
         src, fn_name, sizes, params, ints = WORKLOADS[name]
         module = adc.parse_tdsl(src, f"{name}.tdsl")
         fn = module[fn_name]
@@ -445,7 +464,12 @@ def blas_table(rows: list[dict]) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--models", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
+    sys.path.insert(0, str(HERE))
+    from sample_steps import SAMPLES
+    names = list(WORKLOADS) + list(SAMPLES)
+    ap.add_argument("--models", nargs="+", default=names, choices=names)
+    ap.add_argument("--batch", type=int,
+                    help="the samples' batch size (default: 64 digits, 16 rows of text)")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=7)
@@ -480,7 +504,8 @@ def main(argv=None) -> int:
                "--stat", args.stat, "--clock", args.clock,
                "--repeats", str(args.repeats), "--warmup", str(args.warmup),
                "--steps-kind", *args.kinds,
-               "--models", *args.models] + (["--interpreter"] if args.interpreter else [])
+               "--models", *args.models] + (["--interpreter"] if args.interpreter else []) \
+            + (["--batch", str(args.batch)] if args.batch else [])
         print(f"running at {n} thread(s) ...", file=sys.stderr, flush=True)
         done = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True, check=True)
         info = json.loads(done.stdout)

@@ -94,9 +94,9 @@ def _load(name: str, monkeypatch):
 def test_cpu_gradient_bench_smoke(tmp_path, capsys, monkeypatch):
     bench = _load("bench_cpu", monkeypatch)
     out = tmp_path / "table.md"
-    assert bench.main(["--threads", "1", "--models", "tiny_mlp", "--steps", "1",
-                       "--repeats", "1", "--warmup", "1", "--interpreter",
-                       "--out", str(out)]) == 0
+    assert bench.main(["--threads", "1", "--models", "tiny_mlp", "digits_cnn", "char_gpt",
+                       "--batch", "4", "--steps", "1", "--repeats", "1", "--warmup", "1",
+                       "--interpreter", "--out", str(out)]) == 0
     main, split = out.read_text().split("The steps split")   # the times, then BLAS and the rest
     rows = [[cell.strip() for cell in line.strip().strip("|").split("|")]
             for line in main.splitlines() if line.startswith("| tiny_mlp")]
@@ -111,6 +111,18 @@ def test_cpu_gradient_bench_smoke(tmp_path, capsys, monkeypatch):
         assert "adc / torch eager" in out.read_text()
         # torch's gradient, and its parameters after one Adam update, agree with adc's
         assert float(rows[0][7]) < 1e-5 and float(rows[1][7]) < 1e-5
+    # the samples' training steps: the peers' models agree with adc's after one step
+    samples = [[cell.strip() for cell in line.strip().strip("|").split("|")]
+               for line in main.splitlines() if line.startswith(("| digits_cnn", "| char_gpt"))]
+    assert [r[:3] for r in samples] == [["digits_cnn", "train", "1"], ["char_gpt", "train", "1"]]
+    head = next([cell.strip() for cell in line.strip().strip("|").split("|")]
+                for line in main.splitlines() if line.startswith("| workload"))
+    for r in samples:
+        assert float(r[3]) > 0
+        for peer in ("torch eager", "jax.jit"):
+            if f"{peer} ms" in head:
+                assert float(r[head.index(f"{peer} ms")]) > 0
+                assert float(r[head.index(f"grad diff vs {peer}")]) < 1e-4
 
 
 def test_compile_scale_smoke(capsys, monkeypatch):
