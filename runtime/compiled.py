@@ -40,11 +40,12 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import time
 
 import numpy
 
-from . import fused_runs, row_fusion, row_passes, specialize, step_fusion
+from . import fused_runs, row_fusion, row_losses, row_passes, specialize, step_fusion
 from .buffers import returns_new, value_nbytes
 from .executor import ANNOTATION_ATTRS, RunError, SHAPE_ATTRS, Executor, check_slices
 from .kernels import BUILTIN, DTYPES, KERNELS, OUT_KERNELS
@@ -264,8 +265,9 @@ class CompiledExecutor(Executor):
     def _row_groups(self, fn, match=row_fusion.match_rows, taken=()) -> dict:
         """The ops of `fn`'s body run as row passes (`row_fusion.plan`, or the groups
         `match` finds), not those at the indices of `taken` nor those with a kernel of
-        their own here (cross-entropy's softmax, the one-hot subtractions)."""
-        own = set(self._label_subs) | set(self._label_rows) | set(self._pairs_ce.values())
+        their own here (cross-entropy's softmax, the labels' flat indices; a one-hot
+        subtraction may be part of cross-entropy's adjoint, `row_losses`)."""
+        own = set(self._label_rows) | set(self._pairs_ce.values())
         own |= {fn.body.ops[k] for k in taken}
         return row_fusion.plan(
             fn.body, self._resolve, self._consts, skip=self._skip,
@@ -472,8 +474,7 @@ class CompiledExecutor(Executor):
             return None
         if name == "cross_entropy" and op in self._pairs_ce:
             z, labels = op.operands
-            k = p.bind("k", specialize.cross_entropy_softmax(
-                self._resolve(labels.type.shape), self._resolve(z.type.shape[-1])))
+            k = p.bind("k", self._cross_entropy_softmax(z, labels))
             dt = p.bind("d", numpy.dtype(DTYPES[op.results[0].type.dtype]))
             tmp = f"s{len(p.ns)}"
             p.ns[tmp] = None  # reserves the identifier (a local of the function)
@@ -511,6 +512,18 @@ class CompiledExecutor(Executor):
                                                DTYPES[op.attrs.get("dtype", "f32")]))
             return [f"{outs[0]} = fix({k}({args[0]}), {dt})"]
         return None
+
+    def _cross_entropy_softmax(self, z, labels):
+        """The kernel of a cross-entropy and the softmax it shares
+        (`specialize.cross_entropy_softmax`), as a row pass (`row_losses`) when they run
+        and the logits have `row_fusion.MIN_ELEMENTS`."""
+        shape, classes = self._resolve(labels.type.shape), self._resolve(z.type.shape[-1])
+        table = specialize.cross_entropy_softmax(shape, classes)
+        if self.rows != "now" or not row_passes.enabled() \
+                or math.prod(shape) * classes < row_fusion.MIN_ELEMENTS:
+            return table
+        return row_losses.cross_entropy_softmax(shape, classes,
+                                                numpy.dtype(DTYPES[z.type.dtype]), table)
 
     def _any_buffer_kernel(self, op):
         """A specialized kernel ``run(*operands, out=None)`` of `op` that writes into its

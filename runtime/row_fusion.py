@@ -1,13 +1,14 @@
 """Which ops of a function body the compiled executor runs as row passes (`row_passes`).
 
-A *group* is one forward op (``softmax``, ``layernorm``, ``gelu`` with ``approximate =
-"tanh"``) or the consecutive ops of one adjoint as its VJP rule writes it
-(`row_patterns`: softmax's, layernorm's, the tanh GELU's), all run by one call at the
-group's last op. The call computes the values of the group that are read after it (its
-outputs) into their planned buffers or new arrays, the same bits as the ops' own kernels
-(`row_passes`). It declines, and the ops run one by one as before, when an operand is not
-C-contiguous (rows would not be rows) or a row is empty (the table kernels raise or warn
-there).
+A *group* is one forward op (``softmax``, ``log_softmax``, ``layernorm``, ``rmsnorm``,
+``gelu``) or the consecutive ops of one adjoint as its VJP rule writes it (`row_patterns`:
+softmax's, log-softmax's, cross-entropy's, layernorm's, rmsnorm's, both GELUs'), all run
+by one call at the group's last op. The call computes the values of the group that are
+read after it (its outputs) into their planned buffers or new arrays, the same bits as the
+ops' own kernels (`row_passes`; rmsnorm's forward pass within a documented rounding bound,
+`row_norms`).
+It declines, and the ops run one by one as before, when an operand is not C-contiguous
+(rows would not be rows) or a row is empty (the table kernels raise or warn there).
 
 Arrays of fewer than `MIN_ELEMENTS` elements keep their table kernels (a few microseconds
 of NumPy calls, where a row pass would mostly buy numba's import and compilation).
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy
 
-from . import row_passes
+from . import row_gelu, row_losses, row_norms, row_passes
 from .kernels import DTYPES
 from .row_patterns import match_adjoint
 
@@ -75,9 +76,19 @@ def forward_group(op, resolve):
         if _float_shape(x, resolve) == shape and all(
                 _float_shape(p, resolve) == (n,) for p in (gamma, beta)):
             return list(op.operands), layernorm_runner(shape, dtype, float(op.attrs["eps"]))
-    if op.name == "gelu" and op.attrs.get("approximate") == "tanh" \
+    if op.name == "gelu" and _float_shape(op.operands[0], resolve) == shape:
+        if op.attrs.get("approximate") == "tanh":
+            return list(op.operands), gelu_tanh_runner(shape, dtype)
+        if op.attrs.get("approximate", "none") == "none":
+            return list(op.operands), row_gelu.gelu_erf_runner(shape, dtype)
+    if op.name == "log_softmax" and _last_axis(op) \
             and _float_shape(op.operands[0], resolve) == shape:
-        return list(op.operands), gelu_tanh_runner(shape, dtype)
+        return list(op.operands), row_losses.log_softmax_runner(shape, dtype)
+    if op.name == "rmsnorm" and _last_axis(op):
+        x, gamma = op.operands
+        if _float_shape(x, resolve) == shape and _float_shape(gamma, resolve) == shape[-1:]:
+            return list(op.operands), row_norms.rmsnorm_runner(shape, dtype,
+                                                               float(op.attrs["eps"]))
     return None
 
 
@@ -96,15 +107,14 @@ def _fits(arrays) -> bool:
 def softmax_runner(shape, dtype):
     """softmax along the last axis: the shift, NumPy's exp in place, the normalization."""
     rows, n = _rows(shape)
-    shift, norm = row_passes.get("shift_rows"), row_passes.get("normalize_rows")
-    zero, exp, empty = dtype.type(0), numpy.exp, numpy.empty
+    shifted, norm = row_losses.shifter(shape, dtype), row_passes.get("normalize_rows")
+    zero, exp = dtype.type(0), numpy.exp
 
     def run(x, out):
-        if n == 0 or not x.flags.c_contiguous or (out is not None and not out.flags.c_contiguous):
+        done = shifted(x, out)
+        if done is None:
             return None
-        out = empty(shape, dtype) if out is None else out
-        o2 = out.reshape(rows, n)
-        shift(x.reshape(rows, n), o2)
+        out, o2 = done
         exp(out, out=out)
         norm(o2, zero)
         return (out,)

@@ -402,6 +402,37 @@ _FUNCTIONS = {f.__name__: f for f in (
 _HELPERS = (_leaf, _pairwise, _row_sum, _mean, _row_max, _lanes_max)
 
 
+def out_for(shape, dtype, operands, out):
+    """The output array of a row pass: `out`, or a new C-contiguous array where it is None;
+    None (the pass declines) where an operand or `out` is not C-contiguous."""
+    if out is not None and not out.flags.c_contiguous:
+        return None
+    for a in operands:
+        if not a.flags.c_contiguous:
+            return None
+    return numpy.empty(shape, dtype) if out is None else out
+
+
+_MODULES: list = []   # (namespace, functions) of other modules' loops (`register`)
+
+
+def register(namespace: dict, functions) -> None:
+    """Loops of another module (`row_losses`, `row_gelu`, `row_norms`) that call the
+    helpers above: their module's `namespace` gets the compiled helpers, and `get` their
+    compiled forms."""
+    _MODULES.append((namespace, tuple(functions)))
+    if _jitted:
+        _compile_module(namespace, functions)
+
+
+def _compile_module(namespace: dict, functions) -> None:
+    for f in _HELPERS:
+        if f.__name__ in namespace:
+            namespace[f.__name__] = globals()[f.__name__]
+    for f in functions:
+        _jitted[f.__name__] = _numba.njit(cache=True, nogil=True, error_model="numpy")(f)
+
+
 def _compile_all() -> None:
     """Every function numba-compiled (lazily, per signature), helpers first so that the
     kernels call their compiled forms."""
@@ -411,10 +442,13 @@ def _compile_all() -> None:
                                     inline="always")(f)
     for name, f in _FUNCTIONS.items():
         _jitted[name] = _numba.njit(cache=True, nogil=True, error_model="numpy")(f)
+    for namespace, functions in _MODULES:
+        _compile_module(namespace, functions)
 
 
 def get(name: str):
-    """The compiled loop `name` (module functions above); numba must be installed."""
+    """The compiled loop `name` (module functions above, or registered); numba must be
+    installed."""
     if not _jitted:
         if not _numba:
             import numba

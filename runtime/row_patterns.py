@@ -1,20 +1,20 @@
 """The adjoints that run as row passes, found by the shape of their ops.
 
-Each pattern is the op tree its VJP rule emits (`adcompiler.ops.nn` for softmax and
-layernorm, `adcompiler.ops.norm` for rmsnorm with eps > 0, `adcompiler.ops.elementwise` for
-the tanh GELU), rooted at the adjoint's last
-op: a tuple ``(op name, *operands)``, a name for an operand from outside the group (the same
-name, the same value), ``("c", name)`` for a 0-d constant (the same name, the same bits),
-and names in `DEFS` for shared subtrees. ``add`` and ``mul`` match in either operand order
-(IEEE addition and multiplication are commutative, so the bits are the same); ``sum``,
-``mean`` and ``max`` must reduce the last axis with ``keepdims``. The loops compute the same operations
-on the bound values and constants (`row_passes`).
+Each pattern is the op tree its VJP rule emits (`adcompiler.ops.nn` for softmax,
+log-softmax, cross-entropy and layernorm, `adcompiler.ops.norm` for rmsnorm with eps > 0,
+`adcompiler.ops.elementwise` for both GELUs), rooted at the adjoint's last op: a tuple
+``(op name, *operands)``, a name for an operand from outside the group (the same name, the
+same value), ``("c", name)`` for a 0-d constant (the same name, the same bits), and names
+in `DEFS` for shared subtrees. ``add`` and ``mul`` match in either operand order (IEEE
+addition and multiplication are commutative, so the bits are the same); ``sum``, ``mean``
+and ``max`` must reduce the last axis with ``keepdims``. The loops compute the same
+operations on the bound values and constants (`row_passes`).
 """
 from __future__ import annotations
 
 import numpy
 
-from . import row_passes
+from . import row_gelu, row_losses, row_passes
 from .kernels import DTYPES
 
 COMMUTATIVE = ("add", "mul")
@@ -42,6 +42,17 @@ RMSNORM_DEFS = {
     "s": ("stop_gradient", ("max", ("abs", "x"))),
     "g": ("mul", "ct", "gamma"),
 }
+
+LOG_SOFTMAX = ("sub", "ct", ("mul", ("exp", "y"), ("sum", "ct")))
+
+# cross-entropy's adjoint on integer labels: the cotangent with a last axis of 1 times the
+# softmax less the one-hot labels (the one_hot op stays outside: `row_losses`)
+CROSS_ENTROPY = ("mul", "cte", ("sub", "p", "oh"))
+
+GELU_ERF = ("mul", "ct", ("add", ("mul", ("c", "half"), ("add", ("c", "one"), "erf")),
+                          ("mul", "x", ("mul", ("c", "c"), ("exp", ("mul", ("c", "mhalf"),
+                                                                   ("square", "x")))))))
+GELU_ERF_DEFS = {"erf": ("erf", ("mul", "x", ("c", "r2")))}
 
 GELU_TANH = ("mul", "ct", ("mul", ("c", "half"), (
     "add", ("add", ("c", "one"), "t"),
@@ -119,9 +130,40 @@ def _full(v, shape, dtype, resolve) -> bool:
     return v.type.dtype == dtype and tuple(resolve(v.type.shape)) == shape
 
 
+# the adjoints that have one-pass row forms: name -> (root pattern, shared subtrees)
+ADJOINTS = {"softmax": (SOFTMAX, {}), "layernorm": (LAYERNORM, LAYERNORM_DEFS),
+            "rmsnorm": (RMSNORM, RMSNORM_DEFS), "gelu_tanh": (GELU_TANH, GELU_TANH_DEFS),
+            "gelu_erf": (GELU_ERF, GELU_ERF_DEFS), "log_softmax": (LOG_SOFTMAX, {}),
+            "cross_entropy": (CROSS_ENTROPY, {})}
+
+
+def match_tree(name: str, v, consts):
+    """The match of adjoint `name`'s pattern rooted at value `v`: an object whose ``env``
+    binds the pattern's names (``const:NAME`` the constants' arrays) and whose ``ops`` are
+    the ops matched, in the order found; None where `v` is not that adjoint's result.
+    `consts`: value -> its array, for the 0-d constants."""
+    pat, defs = ADJOINTS[name]
+    return _match(pat, v, _Match(defs, consts, None))
+
+
+def group_outputs(members, r, extra, read_at, index):
+    """The values of the group `members` (rooted at `r`) read after it: `r`, and those of
+    `extra` read outside; None where another member's value is read outside."""
+    inside = {index[o] for o in members}
+    outputs = [r]
+    for o in members:
+        res = o.results[0]
+        if res is r or not set(read_at.get(res, ())) - inside:
+            continue
+        if res not in extra:
+            return None
+        outputs.append(res)
+    return outputs
+
+
 def match_adjoint(op, resolve, consts, read_at, index):
     """``(member ops, inputs, outputs, runner)`` of the adjoint rooted at `op`, or None."""
-    if op.name != "mul" or len(op.results) != 1:
+    if op.name not in ("mul", "sub") or len(op.results) != 1:
         return None
     r = op.results[0]
     dtype = r.type.dtype
@@ -129,10 +171,12 @@ def match_adjoint(op, resolve, consts, read_at, index):
         return None
     shape = tuple(resolve(r.type.shape))
     np_dtype = numpy.dtype(DTYPES[dtype])
-    for pat, defs, make in ((SOFTMAX, {}, _softmax), (LAYERNORM, LAYERNORM_DEFS, _layernorm),
-                            (RMSNORM, RMSNORM_DEFS, _rmsnorm),
-                            (GELU_TANH, GELU_TANH_DEFS, _gelu_tanh)):
-        m = _match(pat, r, _Match(defs, consts, resolve))
+    for name, make in (("softmax", _softmax), ("layernorm", _layernorm),
+                       ("rmsnorm", _rmsnorm), ("gelu_tanh", _gelu_tanh),
+                       ("gelu_erf", row_gelu.gelu_erf_adjoint),
+                       ("log_softmax", row_losses.log_softmax_adjoint),
+                       ("cross_entropy", row_losses.cross_entropy_adjoint)):
+        m = match_tree(name, r, consts)
         if m is None or any(c.dtype != np_dtype for k, c in m.env.items()
                             if k.startswith("const:")):
             continue
@@ -143,18 +187,8 @@ def match_adjoint(op, resolve, consts, read_at, index):
         members = list(m.ops)
         if any(v.defining_op in m.ops for v in inputs):
             continue   # an operand bound to a value made inside the group
-        inside = {index[o] for o in members}
-        outputs = [r]
-        ok = True
-        for o in members:
-            res = o.results[0]
-            if res is r or not set(read_at.get(res, ())) - inside:
-                continue
-            if res in extra:
-                outputs.append(res)
-            else:
-                ok = False
-        if ok:
+        outputs = group_outputs(members, r, extra, read_at, index)
+        if outputs is not None:
             return members, inputs, outputs, _wrap(run, len(outputs))
     return None
 

@@ -175,9 +175,11 @@ def test_row_passes_after_the_calls_took_long_enough(monkeypatch):
     assert bits(first[0]) == bits(second[0])
 
 
+# the cotangent `c` does not depend on rmsnorm's forward pass, whose row pass is within a
+# rounding bound of the table kernel (`tests/test_row_losses.py`), not its bits
 RMS = """
-def f(x: f32[B, D], g: f32[D]) -> f32 {
-    return mean(rmsnorm(x, g) * x)
+def f(x: f32[B, D], g: f32[D], c: f32[B, D]) -> f32 {
+    return mean(rmsnorm(x, g) * c)
 }
 """
 
@@ -194,12 +196,13 @@ def test_rmsnorm_adjoint(monkeypatch, shape):
     if x.size > 10:
         x.reshape(-1)[3] = np.nan
     g = rng.standard_normal(shape[1]).astype(np.float32)
+    c = rng.standard_normal(shape).astype(np.float32)
     got = {}
     for flag in ("1", "0"):
         monkeypatch.setenv("ADC_FUSE", flag)
         vg = adc.value_and_grad(RMS, "f", wrt=["x", "g"], dims=dict(B=shape[0], D=shape[1]))
         with np.errstate(all="ignore"):
-            got[flag] = [bits(a) for a in vg(x=x, g=g)[1]]
+            got[flag] = [bits(a) for a in vg(x=x, g=g, c=c)[1]]
     assert got["1"] == got["0"]
 
 
@@ -211,4 +214,4 @@ def test_rmsnorm_group_is_formed(monkeypatch):
     fn = m[[n for n in m.functions if n.endswith("_grad")][0]]
     ex = CompiledExecutor(m, np, dict(B=2, D=8))
     ex._allocate_arena(fn)
-    assert ex.compile_function(fn).source.count(" is not None:") == 1
+    assert ex.compile_function(fn).source.count(" is not None:") == 2   # and the forward
