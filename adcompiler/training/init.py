@@ -1,6 +1,8 @@
 """Initial values of parameters by their role, inferred from how the program uses them.
 
-A parameter's role follows its first telling use in the loss function, calls inlined and
+A role declared in the program (``g: f32[D] @gain`` on a group's field or a ``param``
+input, the function's ``roles`` attribute) is taken as it is. Otherwise a parameter's role
+follows its first telling use in the loss function, calls inlined and
 through the ops that only move or pick its elements (views such as ``index`` of a stacked
 layer, ``reshape``, ``transpose``; ``cast``). Each op says what its operands tell in its
 `param_role` rule (`adcompiler.ops.roles`); this module names no op:
@@ -46,14 +48,18 @@ def roles(module: Module, fn: Function, names: list[str]) -> dict[str, tuple]:
     except AdcError:
         inlined = fn
     uses = _uses(inlined)
+    declared = fn.attrs.get("roles", {})
     out = {}
     for name in names:
         try:
             arg = inlined.arg(name)
         except KeyError:
             out[name] = ("other", None)
-            continue
-        out[name] = _role(arg, uses)
+        else:
+            out[name] = _role(arg, uses)
+        if name in declared:   # the program's word over the uses'; a weight keeps its fans
+            role, fans = out[name]
+            out[name] = (declared[name], fans if role == declared[name] == "weight" else None)
     return out
 
 

@@ -169,12 +169,14 @@ Stmt = Union[Assign, For, Return]
 @dataclass(eq=False)
 class TypeExpr:
     """``f32``, ``f32[]`` or ``f32[B, 3]``; dims are ints or symbol names. A group type
-    may have `args`, its dims (``Linear(64, 10)``), and a shape, its stack (``Block[L]``)."""
+    may have `args`, its dims (``Linear(64, 10)``), and a shape, its stack (``Block[L]``).
+    `roles`: the ``@ROLE`` annotations after it, each ``(name, span)``."""
 
     dtype: str
     shape: tuple
     span: Span
     args: tuple = ()
+    roles: tuple = ()
 
 
 @dataclass(eq=False)

@@ -138,8 +138,12 @@ class AstBuilder(Transformer):
         args = next((x for x in c[1:] if isinstance(x, _TypeArgs)), None)
         dims = next((x for x in c[1:] if isinstance(x, list)), [])
         last = dims[-1] if dims else args.dims[-1] if args else name
+        roles = tuple(x for x in c[1:] if isinstance(x, tuple))
         return ast.TypeExpr(name.value, tuple(d.value for d in dims), span(name).to(span(last)),
-                            tuple(d.value for d in args.dims) if args else ())
+                            tuple(d.value for d in args.dims) if args else (), roles)
+
+    def role(self, c):
+        return (c[1].value, span(c[0]).to(span(c[1])))
 
     def type_args(self, c):
         return _TypeArgs(c[0])

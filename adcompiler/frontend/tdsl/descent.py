@@ -198,8 +198,14 @@ class _Parser:
             dims = self.dim_values(idx)
             if idx:
                 end = self.span(idx[-1])
+        roles = []
+        while self.kinds[self.i] == "@":   # a parameter's role: W: f32[I, O] @weight
+            at = self.i
+            self.i += 1
+            role = self.expect("NAME")
+            roles.append((self.vals[role], self.span(at).to(self.span(role))))
         return ast.TypeExpr(self.vals[name], tuple(dims), self.span(name).to(end),
-                            tuple(args))
+                            tuple(args), tuple(roles))
 
     def dim_values(self, idx: list[int]) -> list:
         out = []

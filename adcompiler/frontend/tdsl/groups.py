@@ -23,6 +23,7 @@ from ...diagnostics import AdcError
 from ...ir.core import Value
 from ...ir.types import DTYPES, TensorType, is_symbol
 from . import ast
+from .roles import declared_role, no_role
 
 
 @dataclass(eq=False)
@@ -35,6 +36,7 @@ class GroupType:
     span: ast.Span | None = None
     params: tuple = ()
     args: tuple = ()
+    roles: dict = field(default_factory=dict)   # field -> declared role (``@gain``)
 
     @property
     def label(self) -> str:
@@ -46,7 +48,7 @@ class GroupType:
         if not m:
             return self
         return GroupType(self.name, {k: _substitute(t, m) for k, t in self.fields.items()},
-                         self.span, self.params, tuple(args))
+                         self.span, self.params, tuple(args), self.roles)
 
     def leaves(self, prefix: str = "", stack: tuple = ()) -> list[tuple[str, TensorType]]:
         """``(path, type)`` of every tensor field, nested groups flattened in field order,
@@ -58,6 +60,17 @@ class GroupType:
                 out.append((path, TensorType(t.dtype, tuple(stack) + tuple(t.shape))))
             else:
                 out += t.group.leaves(path + ".", tuple(stack) + t.dims)
+        return out
+
+    def leaf_roles(self, prefix: str = "") -> dict:
+        """``{path: role}`` of the tensor fields declared with a role, nested ones too."""
+        out = {}
+        for name, t in self.fields.items():
+            if isinstance(t, TensorType):
+                if name in self.roles:
+                    out[prefix + name] = self.roles[name]
+            else:
+                out.update(t.group.leaf_roles(f"{prefix}{name}."))
         return out
 
     def stacks(self, prefix: str) -> dict:
@@ -92,7 +105,7 @@ def _substitute(t, m: dict):
     inner = t.group
     args = sub(inner.args) if inner.args else ()
     g = GroupType(inner.name, {k: _substitute(f, m) for k, f in inner.fields.items()},
-                  inner.span, inner.params, args)
+                  inner.span, inner.params, args, inner.roles)
     return GroupRef(g, sub(t.dims))
 
 
@@ -105,6 +118,7 @@ class Decl:
     leaves: list            # (path below the input, TensorType); one ("", type) for a tensor
     span: ast.Span
     is_param: bool
+    roles: dict = field(default_factory=dict)   # IR input name -> declared role
 
     def flat_names(self) -> list[str]:
         return [f"{self.name}.{p}" if p else self.name for p, _ in self.leaves]
@@ -162,6 +176,12 @@ def resolve_groups(defs, error) -> dict[str, GroupType]:
             if f.type.dtype in found:
                 resolve(f.type.dtype, path + [name])
             g.fields[f.name] = field_type(f.type, groups, error)
+            if isinstance(g.fields[f.name], GroupRef):
+                no_role(f.type, f"'{f.name}' is a group: declare roles on its tensor fields",
+                        error)
+            role = declared_role(f.type, error)
+            if role is not None:
+                g.roles[f.name] = role
         done.add(name)
 
     for name in found:
@@ -197,8 +217,16 @@ def declare(p: ast.Param, groups: dict, tensor_type, error) -> Decl:
     """The `Decl` of a function input (`tensor_type`: the type of a tensor input)."""
     if p.type.dtype in groups or p.type.args:
         t = field_type(p.type, groups, error)
-        return Decl(p.name, t, t.group.leaves("", t.dims), p.span, p.is_param)
-    return Decl(p.name, None, [("", tensor_type(p.type))], p.span, p.is_param)
+        no_role(p.type, f"'{p.name}' is a group: declare roles on its tensor fields", error)
+        roles = {f"{p.name}.{k}": r for k, r in t.group.leaf_roles().items()} \
+            if p.is_param else {}
+        return Decl(p.name, t, t.group.leaves("", t.dims), p.span, p.is_param, roles)
+    if not p.is_param:
+        no_role(p.type, f"'{p.name}' is not a param: a role says how a parameter starts "
+                f"(declare it 'param {p.name}: ...')", error)
+    role = declared_role(p.type, error)
+    return Decl(p.name, None, [("", tensor_type(p.type))], p.span, p.is_param,
+                {p.name: role} if role else {})
 
 
 def stacked_paths(decls: list[Decl]) -> dict:

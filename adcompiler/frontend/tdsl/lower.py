@@ -18,6 +18,7 @@ from ...ir.types import DTYPES, Dim, TensorType
 from . import ast
 from .function import FunctionLowerer
 from .groups import declare, resolve_groups, stacked_paths
+from .roles import check_call_roles, no_role
 from .randomness import KEY, KEY_INPUT, drawing_functions
 from .state import declare_state
 
@@ -89,6 +90,9 @@ class ModuleLowerer:
                 stacked = stacked_paths(self.decls[d.name])
                 if stacked:
                     fn.attrs["stacked"] = stacked
+                roles = {k: r for dc in self.decls[d.name] for k, r in dc.roles.items()}
+                if roles:
+                    fn.attrs["roles"] = roles
                 declare_state(d, fn, tree.defs, self.error)
                 functions[d.name] = fn
                 spans = self.spans(d)
@@ -103,6 +107,7 @@ class ModuleLowerer:
             jobs.append((d, fn, spans, what, count))
         for d, fn, spans, what, count in jobs:
             self.lower_body(d, fn, spans, what, count, {})
+        check_call_roles(module)
         check_recursion([n for n in module.functions if n in self.edges], self.edges)
         return self.ordered(module)
 
@@ -193,6 +198,7 @@ class ModuleLowerer:
         if t.dtype in self.groups:
             raise self.error(f"a function returns tensors, not a group ({t.dtype}): return "
                              "the tensors", t.span)
+        no_role(t, "a result has no role (roles are declared on params)", self.error)
         return self.type(t)
 
     def inputs(self, d: ast.FuncDef, types: list[TensorType]) -> Block:
