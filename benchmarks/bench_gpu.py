@@ -162,7 +162,8 @@ def run_adc(model: str, sizes: dict, remat: str, clock_for, gpu: bool,
         grad.module, _, _ = apply_remat(grad.module, grad.run_name, remat, sizes)
     programs = {}
     for kind, comp in (("fwd", fwd), ("grad", grad)):
-        module = ensure_fused(comp.module) if gpu else comp.module
+        # the step code runs the softmax/norm adjoints as row kernels: fusion leaves them
+        module = ensure_fused(comp.module, rows=executor == "step") if gpu else comp.module
         programs[kind] = (module, comp.run_name)
     compile_s = time.perf_counter() - t0
     inputs = make_inputs(fwd.primal, sizes)
@@ -255,7 +256,7 @@ def standin_launches(model: str, sizes: dict) -> dict:
     from adcompiler.emit.cuda import ensure_fused, kernel_specs
     from adc_runtime.cuda_step import CudaStepExecutor
     grad = load(model, sizes, "reverse")
-    module = ensure_fused(grad.module)
+    module = ensure_fused(grad.module, rows=True)
     cache = Path(tempfile.gettempdir()) / "adc-cuda-host"
     cache.mkdir(exist_ok=True)
     ran: list = []

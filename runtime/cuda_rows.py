@@ -18,6 +18,15 @@ exact and propagate NaN (as ``numpy.max``). Divisions and square roots are IEEE-
 (NVRTC's defaults, ``-prec-div=true -prec-sqrt=true``); ``exp``/``log`` are CUDA's, within
 2 ulps of glibc's.
 
+rmsnorm is ``x * r * gamma`` with ``r = 1 / sqrt(mean(x * x) + eps)``, as the table kernel;
+a row whose mean of squares is not finite (or, with eps 0, below the smallest normal) is
+divided by its largest magnitude first, decided row by row where the table kernel decides
+for the whole array (the same value in exact arithmetic). The adjoints of layernorm and
+rmsnorm compute what their VJP rules' ops compute (the patterns of
+`adc_runtime.row_patterns`; rmsnorm's row scaled by its largest magnitude) and may also
+write the normalized x, which the rules' gamma gradients read (`adc_runtime.cuda_row_groups`
+runs them in reverse programs).
+
 The block size is a function of the row length alone (`threads`), so a row is reduced in the
 same order by every kernel of this module: the softmax written by `cross_entropy`'s
 ``probs`` output is bit-identical to `softmax`'s.
@@ -46,15 +55,19 @@ SIGNATURES = {
     "adc_row_cross_entropy": ("const T*", "const L*", "T*", "T*", "long long"),
     "adc_row_cross_entropy_grad": ("const T*", "const L*", "const T*", "T*", "long long"),
     "adc_row_layernorm": ("const T*", "const T*", "const T*", "T*", "long long", "T"),
-    "adc_row_layernorm_grad": ("const T*", "const T*", "const T*", "T*", "long long", "T"),
+    "adc_row_layernorm_grad": ("const T*", "const T*", "const T*", "T*", "T*", "long long",
+                               "T"),
     "adc_row_rmsnorm": ("const T*", "const T*", "T*", "long long", "T"),
-    "adc_row_rmsnorm_grad": ("const T*", "const T*", "const T*", "T*", "long long", "T"),
+    "adc_row_rmsnorm_grad": ("const T*", "const T*", "const T*", "T*", "T*", "long long", "T",
+                             "T"),
 }
 
 SOURCE = r"""
 // infinity and a quiet NaN without the host headers' macros
 #define ADC_INF ((T)__longlong_as_double(0x7ff0000000000000LL))
 #define ADC_NAN ((T)__longlong_as_double(0x7ff8000000000000LL))
+// the smallest normal number of T
+#define ADC_TINY ((T)(sizeof(T) == 4 ? 1.1754943508222875e-38 : 2.2250738585072014e-308))
 // block-wide reductions: butterfly shuffles in each warp, then every warp folds the warps'
 // partial results in the same order, so all threads hold the same value
 __device__ __forceinline__ T adc_warp_sum(T v) {
@@ -191,9 +204,11 @@ extern "C" __global__ void adc_row_layernorm(const T *x, const T *gamma, const T
         y[j] = (x[j] - mu) / sd * gamma[j] + beta[j];
 }
 
-// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = ct * gamma, xhat = (x - mean) * rstd
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = ct * gamma, xhat = (x - mean) * rstd;
+// xhat (may be null) also written. Every loop gives a thread the same elements and the last
+// reads an element's operands before writing its results, so an output may be an operand.
 extern "C" __global__ void adc_row_layernorm_grad(const T *x, const T *gamma, const T *ct,
-                                                   T *dx, long long n, T eps) {
+                                                   T *dx, T *xhat, long long n, T eps) {
     __shared__ T part[32];
     const long long o = blockIdx.x * n;
     x += o; ct += o; dx += o;
@@ -209,36 +224,78 @@ extern "C" __global__ void adc_row_layernorm_grad(const T *x, const T *gamma, co
     const T mg = adc_block_sum(a, part) / (T)n;
     const T mgx = adc_block_sum(b, part) / (T)n;
     for (long long j = threadIdx.x; j < n; j += blockDim.x) {
-        const T g = ct[j] * gamma[j];
-        dx[j] = rstd * ((g - mg) - ((x[j] - mu) * rstd) * mgx);
+        const T g = ct[j] * gamma[j], h = (x[j] - mu) * rstd;
+        dx[j] = rstd * ((g - mg) - h * mgx);
+        if (xhat != 0) xhat[o + j] = h;
     }
 }
 
-// y = x / sqrt(mean(x * x) + eps) * gamma
+// 1 / sqrt(mean(x * x) + eps) from u = x / s, s = max|x| where above 1 (above 0 for eps 0):
+// (1 / s) / sqrt(mean(u * u) + eps / s^2), for rows whose sum of squares overflows
+__device__ __forceinline__ T adc_rms_scaled(const T *x, long long n, T *part, T eps) {
+    T hi = -ADC_INF, lo = -ADC_INF;
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) {
+        hi = adc_nanmax(hi, x[j]);
+        lo = adc_nanmax(lo, -x[j]);
+    }
+    const T big = adc_nanmax(adc_block_max(hi, part), adc_block_max(lo, part));
+    const T inv = (T)1 / (big > (eps > 0 ? (T)1 : (T)0) ? big : (T)1);
+    T q = 0;
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) {
+        const T u = x[j] * inv;
+        q += u * u;
+    }
+    T ms = adc_block_sum(q, part) / (T)n;
+    if (eps > 0) ms += eps * (inv * inv);
+    return inv / sqrt(ms);
+}
+
+// y = x * r * gamma, r = 1 / sqrt(mean(x * x) + eps); a row whose mean of squares is not
+// finite (or, with eps 0, below the smallest normal) is scaled first, as the table kernel does
 extern "C" __global__ void adc_row_rmsnorm(const T *x, const T *gamma, T *y, long long n,
                                             T eps) {
     __shared__ T part[32];
     x += blockIdx.x * n; y += blockIdx.x * n;
     T q = 0;
     for (long long j = threadIdx.x; j < n; j += blockDim.x) q += x[j] * x[j];
-    const T sd = sqrt(adc_block_sum(q, part) / (T)n + eps);
-    for (long long j = threadIdx.x; j < n; j += blockDim.x) y[j] = x[j] / sd * gamma[j];
+    const T ms = adc_block_sum(q, part) / (T)n;
+    const T r = (ms - ms == 0 && (eps > 0 || ms >= ADC_TINY)) ? (T)1 / sqrt(ms + eps)
+                                                              : adc_rms_scaled(x, n, part, eps);
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) y[j] = x[j] * r * gamma[j];
 }
 
-// dx = r * (g - x * r * r * mean(g * x)), g = ct * gamma, r = 1 / sqrt(mean(x * x) + eps)
+// rmsnorm's adjoint as its VJP rule writes it (eps > 0): s = max|x| (NaN if a NaN),
+// inv = 1 / (s > thr ? s : 1), u = x * inv, k = 1 / sqrt(mean(u * u) + eps * (inv * inv)),
+// xhat = u * k, g = ct * gamma, dx = (k * inv) * (g - xhat * mean(g * xhat)); xhat (may be
+// null) also written
 extern "C" __global__ void adc_row_rmsnorm_grad(const T *x, const T *gamma, const T *ct,
-                                                 T *dx, long long n, T eps) {
+                                                 T *dx, T *xhat, long long n, T eps, T thr) {
     __shared__ T part[32];
     const long long o = blockIdx.x * n;
     x += o; ct += o; dx += o;
+    T m = 0;
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) {
+        const T a = fabs(x[j]);
+        if (a > m || a != a) m = a;
+    }
+    const T s = adc_block_max(m, part);
+    const T inv = (T)1 / (s > thr ? s : (T)1);
     T q = 0;
-    for (long long j = threadIdx.x; j < n; j += blockDim.x) q += x[j] * x[j];
-    const T r = (T)1 / sqrt(adc_block_sum(q, part) / (T)n + eps);
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) {
+        const T u = x[j] * inv;
+        q += u * u;
+    }
+    const T k = (T)1 / sqrt(adc_block_sum(q, part) / (T)n + eps * (inv * inv));
     T b = 0;
-    for (long long j = threadIdx.x; j < n; j += blockDim.x) b += ct[j] * gamma[j] * x[j];
-    const T mgx = adc_block_sum(b, part) / (T)n;
     for (long long j = threadIdx.x; j < n; j += blockDim.x)
-        dx[j] = r * (ct[j] * gamma[j] - x[j] * (r * r) * mgx);
+        b += (ct[j] * gamma[j]) * ((x[j] * inv) * k);
+    const T a = adc_block_sum(b, part) / (T)n;
+    const T rinv = k * inv;
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) {
+        const T g = ct[j] * gamma[j], h = (x[j] * inv) * k;
+        dx[j] = rinv * (g - h * a);
+        if (xhat != 0) xhat[o + j] = h;
+    }
 }
 """
 
@@ -345,10 +402,12 @@ def layernorm(cp, x, gamma, beta, eps, out=None):
     return out
 
 
-def layernorm_grad(cp, x, gamma, ct, eps, out=None):
+def layernorm_grad(cp, x, gamma, ct, eps, out=None, xhat=None):
+    """dx of layernorm from x, gamma and the cotangent `ct`; the normalized x also into
+    `xhat` when given."""
     out = cp.empty_like(x) if out is None else out
     _launch(cp, "adc_row_layernorm_grad", x,
-            (x, gamma, ct, out, cp.int64(x.shape[-1]), _scalar(x, eps)))
+            (x, gamma, ct, out, _or_null(cp, xhat), cp.int64(x.shape[-1]), _scalar(x, eps)))
     return out
 
 
@@ -358,11 +417,18 @@ def rmsnorm(cp, x, gamma, eps, out=None):
     return out
 
 
-def rmsnorm_grad(cp, x, gamma, ct, eps, out=None):
+def rmsnorm_grad(cp, x, gamma, ct, eps, out=None, xhat=None, thr=1.0):
+    """dx of rmsnorm (eps > 0) as its VJP rule computes it, the row scaled by its largest
+    magnitude where above `thr`; the normalized x also into `xhat` when given."""
     out = cp.empty_like(x) if out is None else out
     _launch(cp, "adc_row_rmsnorm_grad", x,
-            (x, gamma, ct, out, cp.int64(x.shape[-1]), _scalar(x, eps)))
+            (x, gamma, ct, out, _or_null(cp, xhat), cp.int64(x.shape[-1]), _scalar(x, eps),
+             _scalar(x, thr)))
     return out
+
+
+def _or_null(cp, a):
+    return a if a is not None else _null(cp)
 
 
 def _null(cp):
@@ -371,7 +437,7 @@ def _null(cp):
     return cp.empty(0, dtype="float32")
 
 
-ROW_OPS = frozenset({"softmax", "log_softmax", "cross_entropy", "layernorm"})
+ROW_OPS = frozenset({"softmax", "log_softmax", "cross_entropy", "layernorm", "rmsnorm"})
 
 
 def run_row_op(cp, name: str, args: list, attrs: dict, out=None):
@@ -390,9 +456,10 @@ def run_row_op(cp, name: str, args: list, attrs: dict, out=None):
         if labels.dtype.name not in LABEL_CTYPES or not labels.flags.c_contiguous:
             return None
         return cross_entropy(cp, x, labels, out)
-    gamma, beta = args[1], args[2]
     n = x.shape[-1]
-    if any(p.shape != (n,) or p.dtype != x.dtype or not p.flags.c_contiguous
-           for p in (gamma, beta)):
-        return None
-    return layernorm(cp, x, gamma, beta, attrs.get("eps", 1e-5), out)
+    if n == 0 or any(p.shape != (n,) or p.dtype != x.dtype or not p.flags.c_contiguous
+                     for p in args[1:]):
+        return None   # (an empty row: the table kernel reports it)
+    if name == "rmsnorm":
+        return rmsnorm(cp, x, args[1], attrs.get("eps", 1e-6), out)
+    return layernorm(cp, x, args[1], args[2], attrs.get("eps", 1e-5), out)

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import itertools
 
-from . import cuda_multi, cuda_rows
+from . import cuda_multi, cuda_row_groups, cuda_rows, row_fusion
 from .buffers import value_nbytes
 from .cuda import NOT_LIBRARY, CudaExecutor, _check_extremum
 from .executor import Executor, RunError
@@ -136,6 +136,7 @@ class CudaStepExecutor(CudaExecutor):
         ops = list(fn.body.ops)
         returned = set(ops[-1].operands) if ops and ops[-1].name == "return" else set()
         plan = self._plan(ops, returned)
+        rows = self._row_groups(fn) if self.rows else {}
         held: list = []
         for k, op in enumerate(ops):
             if op.name == "return":
@@ -144,9 +145,15 @@ class CudaStepExecutor(CudaExecutor):
                 body.append(f"if n0 + {peak} > e.peak: e.peak = n0 + {peak}")
                 body.append(f"return [{', '.join(var(v) for v in op.operands)}]")
                 break
-            step = plan.get(k)
+            step, group = plan.get(k), rows.get(k)
+            inner = group.inner if group is not None else ()
             if op.name == "const" and not op.operands:
                 names[op.results[0]] = bind("c", self.run_op(op, {})[0])
+            elif group is not None:
+                if group.last == k:  # a row adjoint launches at its last op
+                    body.append(f"{', '.join(var(r) for r in group.outputs)}, = "
+                                f"{bind('r', self._row_launcher(group))}"
+                                f"({', '.join(var(v) for v in group.inputs)})")
             elif step is not None:
                 if step[0] == k:  # the run's first op launches it
                     body += self._run_line(step[1], step[2], var, bind)
@@ -161,17 +168,16 @@ class CudaStepExecutor(CudaExecutor):
                 body.append(f"{res}{',' if len(op.results) == 1 else ''} = "
                             f"{fn_name}({', '.join(args)})" if op.results
                             else f"{fn_name}({', '.join(args)})")
-            live += sum(size(r) for r in op.results)
+            live += sum(size(r) for r in op.results if r not in inner)
             peak = max(peak, live)
             dying = [v for v in dead.get(k, ()) if v in names and not names[v].startswith("c")]
-            if step is not None:  # a run's values are freed after its last op
+            if step is not None or group is not None:  # freed after the run's last op
+                last = step[1][-1] is op if step is not None else group.last == k
                 held += dying
-                dying = held if step[1][-1] is op else []
-                if step[1][-1] is op:
-                    held = []
+                dying, held = (held, []) if last else ([], held)
             if dying:
                 body.append(f"del {', '.join(dict.fromkeys(var(v) for v in dying))}")
-            live -= sum(size(v) for v in dead.get(k, ()))
+            live -= sum(size(v) for v in dead.get(k, ()) if v not in inner)
         lines.append(f"def program({', '.join(params)}):")
         lines += ["    " + line for line in body]
         source = "\n".join(lines) + "\n"
@@ -179,6 +185,33 @@ class CudaStepExecutor(CudaExecutor):
         program = ns["program"]
         program.source = source
         return program
+
+    def _row_groups(self, fn) -> dict:
+        """op index -> its row adjoint group (`adc_runtime.cuda_row_groups`)."""
+        return row_fusion.plan(
+            fn.body, self._resolve, cuda_row_groups.host_consts(fn.body),
+            skip=lambda op: op.name == "const" and not op.operands,
+            exclude=lambda op: op.name not in BUILTIN or op.name == "fused",
+            memory=lambda v: ("new", None), match=cuda_row_groups.match(self.xp))
+
+    def _row_launcher(self, group):
+        """The group's row kernel into its outputs' planned buffers; where it declines,
+        the group's ops one by one."""
+        bufs = [self._views.get(r) for r in group.outputs]
+        consts = {v: self.run_op(v.defining_op, {})[0] for op in group.ops
+                  for v in op.operands if v.defining_op is not None
+                  and v.defining_op.name == "const" and not v.defining_op.operands}
+
+        def launch(*args):
+            got = group.run(*args, *bufs)
+            if got is not None:
+                self.launches["adc"] += 1
+                return list(got)
+            env = {**consts, **dict(zip(group.inputs, args))}
+            for op in group.ops:
+                env.update(zip(op.results, CudaExecutor.run_op(self, op, env)))
+            return [env[v] for v in group.outputs]
+        return launch
 
     def _interpreted(self, op) -> bool:
         return (op.name in INTERPRETED or op.name not in BUILTIN and op.name != "fused"

@@ -191,3 +191,20 @@ def test_an_unused_reduction_does_not_close_a_group():
     groups = fused_ops(m["f"])
     assert all(o.name != "sum" for g in groups for o in g.regions[0].ops)
     assert "ElementwiseKernel" in emit_cuda(m)
+
+
+def test_a_group_that_yields_nothing_is_not_formed():
+    """Dead elementwise ops (no dce) would make a kernel with no output to write, which
+    CuPy's launch cannot size: they stay unfused, and the live ops are still grouped."""
+    from adcompiler.emit.cuda import emit_cuda
+    src = ("def f(x: f32[4, 3], y: f32[4, 3]) -> f32[4, 3] {\n"
+           "    t = exp(x * y) + 1.0\n    return exp(x - y) * 2.0\n}\n")
+    m = fuse(src)
+    groups = fused_ops(m["f"])
+    assert [[o.name for o in g.regions[0].ops if o.operands][:-1] for g in groups] == \
+        [["sub", "exp", "mul"]]
+    assert all(g.results for g in groups) and "\n    '',\n" not in emit_cuda(m)
+    x = np.arange(12, dtype=np.float32).reshape(4, 3) / 10
+    want, _ = _run(compile_source(src, "<t>"), "f", {"x": x, "y": x + 1})
+    got, _ = _run(m, "f", {"x": x, "y": x + 1})
+    np.testing.assert_array_equal(got[0], want[0])

@@ -277,12 +277,14 @@ def kernel_specs(module: Module) -> dict[Op, KernelSpec]:
     return out
 
 
-def ensure_fused(module: Module) -> Module:
-    """`module` itself if it has ``fused`` ops, else the result of the ``fuse`` pass."""
+def ensure_fused(module: Module, rows: bool = False) -> Module:
+    """`module` itself if it has ``fused`` ops, else the result of the ``fuse`` pass; with
+    `rows`, leaving the adjoints that generated step code runs as row kernels unfused
+    (``Fuse(keep_rows=True)``)."""
     if any(has_trait(op, "group") for fn in module.functions.values() for op in fn.walk()):
         return module
     from ..passes.fuse import Fuse
-    return Fuse()(module)
+    return Fuse(keep_rows=rows)(module)
 
 
 def emit_cuda(module: Module) -> str:

@@ -48,7 +48,8 @@ its map, the reduction its reduce step). ``var`` and ``logsumexp`` do not close 
 
 Scalar ``const`` operands are copied into the region, so kernels see literals. Groups of
 fewer than `min_ops` members (elementwise ops and a closing reduction; consts not counted)
-are left alone. A group stops growing at `MAX_MEMBERS` ops: a kernel of thousands of ops
+are left alone, as are groups none of whose values is read after them or returned (dead code
+in a module that no dce pass ran on: a kernel would have nothing to write). A group stops growing at `MAX_MEMBERS` ops: a kernel of thousands of ops
 compiles slowly and gains nothing, and each merge checks every member, so an unbounded
 group makes grouping quadratic in a long chain of ops.
 """
@@ -104,8 +105,9 @@ class _Group:
 
 
 class _BlockFuser:
-    def __init__(self, block: Block):
+    def __init__(self, block: Block, exclude: frozenset = frozenset()):
         self.block = block
+        self.exclude = exclude     # ops left out of every group
         ops = block.ops
         self.index = {op: k for k, op in enumerate(ops)}
         self.def_at: dict[Value, int] = {v: k for k, op in enumerate(ops) for v in op.results}
@@ -184,6 +186,8 @@ class _BlockFuser:
     def group(self) -> list[_Group]:
         ops = self.block.ops
         for k, op in enumerate(ops):
+            if op in self.exclude:
+                continue
             if closes(op):
                 self.close(k)
                 continue
@@ -209,6 +213,12 @@ class _BlockFuser:
         return out
 
     # -- rewriting ---------------------------------------------------------------------
+    def outputs(self, g: _Group) -> list[Value]:
+        """The members' results read outside the group or returned."""
+        return [v for m in g.members for v in self.block.ops[m].results
+                if v in self.returned or any(not (g.mask >> u) & 1
+                                             for u in self.users.get(v, ()))]
+
     def build(self, g: _Group) -> tuple[Op, dict[Value, Value]]:
         """The ``fused`` op of `g` and the map from members' results to its results."""
         ops = self.block.ops
@@ -221,9 +231,7 @@ class _BlockFuser:
                 if v in inside or v in inputs or v in consts:
                     continue
                 (consts if _is_const(v) else inputs).append(v)
-        outputs = [v for op in members for v in op.results
-                   if v in self.returned or any(not (g.mask >> u) & 1
-                                                for u in self.users.get(v, ()))]
+        outputs = self.outputs(g)
         body = Block([v.type for v in inputs], [v.name for v in inputs])
         vmap: dict[Value, Value] = dict(zip(inputs, body.args))
         for c in consts:
@@ -239,7 +247,9 @@ class _BlockFuser:
         block = self.block
         term = block.terminator
         self.returned = set(term.operands) if term is not None else set()
-        groups = [g for g in self.group() if len(g.members) >= min_ops]
+        # a group that yields nothing (dead code, without dce) would be a kernel with no
+        # output: its ops stay as they are
+        groups = [g for g in self.group() if len(g.members) >= min_ops and self.outputs(g)]
         if not groups:
             return
         # units in a new order: each group becomes one op; the rest stay as they are
@@ -290,21 +300,30 @@ def _stable_topo(units: list[tuple[int, Op]]) -> list[Op]:
     return order
 
 
-def fuse_block(block: Block, min_ops: int = 2) -> None:
-    """Fuse the elementwise ops of `block` and, first, of the loop bodies inside it."""
+def fuse_block(block: Block, min_ops: int = 2, keep_rows: bool = False) -> None:
+    """Fuse the elementwise ops of `block` and, first, of the loop bodies inside it; with
+    `keep_rows`, not the ops of row adjoints (see `Fuse`)."""
     for op in block.ops:
         if not has_trait(op, "group"):
             for r in op.regions:
-                fuse_block(r, min_ops)
-    _BlockFuser(block).run(min_ops)
+                fuse_block(r, min_ops, keep_rows)
+    exclude: frozenset = frozenset()
+    if keep_rows:   # the CUDA runtime's own patterns, which it matches again at run time
+        from adc_runtime.cuda_row_groups import structural_members
+        exclude = frozenset(structural_members(block))
+    _BlockFuser(block, exclude).run(min_ops)
 
 
 @register_pass("fuse")
 @dataclass(frozen=True)
 class Fuse(FunctionPass):
-    """Group chains and DAGs of elementwise ops into ``fused`` ops (see the module doc)."""
+    """Group chains and DAGs of elementwise ops into ``fused`` ops (see the module doc).
+    With `keep_rows`, the ops of the softmax, layernorm and rmsnorm adjoints that the CUDA
+    runtime runs as one row kernel each (``adc_runtime.cuda_row_groups``) stay out of
+    groups."""
 
     min_ops: int = 2
+    keep_rows: bool = False
 
     def run_on_function(self, fn: Function, module: Module) -> None:
-        fuse_block(fn.body, self.min_ops)
+        fuse_block(fn.body, self.min_ops, self.keep_rows)
