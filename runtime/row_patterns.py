@@ -1,20 +1,20 @@
 """The adjoints that run as row passes, found by the shape of their ops.
 
-Each pattern is the op tree its VJP rule emits (`adcompiler.ops.nn` for softmax and
-layernorm, `adcompiler.ops.norm` for rmsnorm with eps > 0, `adcompiler.ops.elementwise` for
-the tanh GELU), rooted at the adjoint's last
-op: a tuple ``(op name, *operands)``, a name for an operand from outside the group (the same
-name, the same value), ``("c", name)`` for a 0-d constant (the same name, the same bits),
-and names in `DEFS` for shared subtrees. ``add`` and ``mul`` match in either operand order
-(IEEE addition and multiplication are commutative, so the bits are the same); ``sum``,
-``mean`` and ``max`` must reduce the last axis with ``keepdims``. The loops compute the same operations
-on the bound values and constants (`row_passes`).
+Each pattern is the op tree its VJP rule emits (`adcompiler.ops.nn` for softmax,
+log-softmax, cross-entropy and layernorm, `adcompiler.ops.norm` for rmsnorm with eps > 0,
+`adcompiler.ops.elementwise` for both GELUs), rooted at the adjoint's last op: a tuple
+``(op name, *operands)``, a name for an operand from outside the group (the same name, the
+same value), ``("c", name)`` for a 0-d constant (the same name, the same bits), and names
+in `DEFS` for shared subtrees. ``add`` and ``mul`` match in either operand order (IEEE
+addition and multiplication are commutative, so the bits are the same); ``sum``, ``mean``
+and ``max`` must reduce the last axis with ``keepdims``. The loops compute the same
+operations on the bound values and constants (`row_passes`).
 """
 from __future__ import annotations
 
 import numpy
 
-from . import row_passes
+from . import row_gelu, row_losses, row_passes
 from .kernels import DTYPES
 
 COMMUTATIVE = ("add", "mul")
@@ -42,6 +42,17 @@ RMSNORM_DEFS = {
     "s": ("stop_gradient", ("max", ("abs", "x"))),
     "g": ("mul", "ct", "gamma"),
 }
+
+LOG_SOFTMAX = ("sub", "ct", ("mul", ("exp", "y"), ("sum", "ct")))
+
+# cross-entropy's adjoint on integer labels: the cotangent with a last axis of 1 times the
+# softmax less the one-hot labels (the one_hot op stays outside: `row_losses`)
+CROSS_ENTROPY = ("mul", "cte", ("sub", "p", "oh"))
+
+GELU_ERF = ("mul", "ct", ("add", ("mul", ("c", "half"), ("add", ("c", "one"), "erf")),
+                          ("mul", "x", ("mul", ("c", "c"), ("exp", ("mul", ("c", "mhalf"),
+                                                                   ("square", "x")))))))
+GELU_ERF_DEFS = {"erf": ("erf", ("mul", "x", ("c", "r2")))}
 
 GELU_TANH = ("mul", "ct", ("mul", ("c", "half"), (
     "add", ("add", ("c", "one"), "t"),
@@ -121,7 +132,9 @@ def _full(v, shape, dtype, resolve) -> bool:
 
 # the adjoints that have one-pass row forms: name -> (root pattern, shared subtrees)
 ADJOINTS = {"softmax": (SOFTMAX, {}), "layernorm": (LAYERNORM, LAYERNORM_DEFS),
-            "rmsnorm": (RMSNORM, RMSNORM_DEFS), "gelu_tanh": (GELU_TANH, GELU_TANH_DEFS)}
+            "rmsnorm": (RMSNORM, RMSNORM_DEFS), "gelu_tanh": (GELU_TANH, GELU_TANH_DEFS),
+            "gelu_erf": (GELU_ERF, GELU_ERF_DEFS), "log_softmax": (LOG_SOFTMAX, {}),
+            "cross_entropy": (CROSS_ENTROPY, {})}
 
 
 def match_tree(name: str, v, consts):
@@ -150,7 +163,7 @@ def group_outputs(members, r, extra, read_at, index):
 
 def match_adjoint(op, resolve, consts, read_at, index):
     """``(member ops, inputs, outputs, runner)`` of the adjoint rooted at `op`, or None."""
-    if op.name != "mul" or len(op.results) != 1:
+    if op.name not in ("mul", "sub") or len(op.results) != 1:
         return None
     r = op.results[0]
     dtype = r.type.dtype
@@ -159,7 +172,10 @@ def match_adjoint(op, resolve, consts, read_at, index):
     shape = tuple(resolve(r.type.shape))
     np_dtype = numpy.dtype(DTYPES[dtype])
     for name, make in (("softmax", _softmax), ("layernorm", _layernorm),
-                       ("rmsnorm", _rmsnorm), ("gelu_tanh", _gelu_tanh)):
+                       ("rmsnorm", _rmsnorm), ("gelu_tanh", _gelu_tanh),
+                       ("gelu_erf", row_gelu.gelu_erf_adjoint),
+                       ("log_softmax", row_losses.log_softmax_adjoint),
+                       ("cross_entropy", row_losses.cross_entropy_adjoint)):
         m = match_tree(name, r, consts)
         if m is None or any(c.dtype != np_dtype for k, c in m.env.items()
                             if k.startswith("const:")):
