@@ -54,6 +54,7 @@ def test_the_milp_never_does_worse_than_the_enumerated_option(tmp_path):
         if len(opts) < 2:
             continue
         model = _segment(prob, plain, i)
+        assert model.size == len(model.lb) > 0      # counted before it is built
         for o in opts:
             # within the option's own bytes: never more FLOPs than it (it is a point of
             # the model), with it as the cutoff the same optimum
@@ -67,6 +68,20 @@ def test_the_milp_never_does_worse_than_the_enumerated_option(tmp_path):
             assert below.status == "infeasible" and below.x is None
             solved += 1
     assert solved >= 5
+
+
+def test_a_segment_past_the_size_limit_is_counted_not_built(tmp_path, monkeypatch):
+    m, _ = compiled(tmp_path, LATE)
+    prob = build_problem(m, "f_grad", {})
+    plain = build_chain(prob, m, {}, segment_milp=False)
+    i = next(i for i, opts in enumerate(plain.options) if len(opts) >= 2)
+    size = _segment(prob, plain, i).size
+    monkeypatch.setattr(segment_milp, "MAX_VARIABLES", size - 1)
+    big = _segment(prob, plain, i)
+    assert big.size == size and big.lb == [] and big.rows == []
+    opts, rep = segment_milp.refine(prob, big.ops, big.cut, big.tape, big.start, big.cost,
+                                    plain.options[i])
+    assert opts == plain.options[i] and rep.segments == 0 and rep.solves == 0
 
 
 def test_the_milp_holds_less_in_the_reverse_and_the_dp_fits_lower(tmp_path):

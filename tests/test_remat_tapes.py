@@ -124,3 +124,14 @@ def test_the_milp_after_the_dp_proves_or_says_it_did_not(tmp_path):
             assert slow["recompute_flops"] < quick["recompute_flops"]
         else:
             assert slow["solver"] == "chain-dp"
+
+
+def test_greedy_options_of_a_wide_segment_are_spread(monkeypatch):
+    from adcompiler.remat import tapes
+    assert tapes._prefixes(5) == [1, 2, 3, 4, 5]
+    assert tapes._prefixes(tapes.MAX_PREFIXES) == list(range(1, tapes.MAX_PREFIXES + 1))
+    wide = tapes._prefixes(500)
+    assert len(wide) == tapes.MAX_PREFIXES and wide[0] == 1 and wide[-1] == 500
+    assert wide == sorted(set(wide))
+    monkeypatch.setattr(tapes, "MAX_PREFIXES", 2)
+    assert tapes._prefixes(7) == [1, 7]       # the fewest and all of them, always

@@ -112,6 +112,16 @@ class SegmentModel:
         need_at = {v: list(rev_uses[v]) + [t for w in users.get(v, ()) for t in ctimes.get(w, ())]
                    for v in self.vals}
         self.last = {v: max(ts) for v, ts in need_at.items() if ts}
+        # a model past MAX_VARIABLES is not solved: counted, not built (a dense block's
+        # segment holds thousands of values over thousands of times)
+        self.variables = sum(1 + max(self.last.get(v, start - 1) - start + 1, 0)
+                             + sum(t <= self.last.get(v, -1) for t in ctimes.get(v, ()))
+                             for v in self.vals)
+        self.h = self.caps = None
+        if self.variables > MAX_VARIABLES:
+            self.col, self.lb, self.cst, self.rows, self.memory, self.kept_row = \
+                {}, [], [], [], [], {}
+            return
         for v in self.vals:
             var(("K", v))
             for t in range(start, self.last.get(v, start - 1) + 1):
@@ -154,7 +164,7 @@ class SegmentModel:
 
     @property
     def size(self) -> int:
-        return len(self.lb)
+        return self.variables
 
     def _highs(self):
         """The model in HiGHS, once; its last rows are the caps (`solve` sets them): the

@@ -33,6 +33,7 @@ from .dag import Problem
 
 MAX_ENUM = 10       # droppable tape values: every subset up to this many
 MAX_OPTIONS = 8     # options per segment, at most
+MAX_PREFIXES = 32   # greedy options of a segment past MAX_ENUM droppable values, at most
 
 
 @dataclass(frozen=True)
@@ -143,9 +144,15 @@ def _option(prob: Problem, ops: list[int], cut: Value | None, tape: set[Value],
         if not ts or min(ts) < start:
             return None
         when[v], last[v] = min(ts), max(ts)
-    events = sorted({t for v in need for t in (when[v], last[v])})
-    held = max((sum(nb[v] for v in need if when[v] <= t <= last[v]) for t in events),
-               default=0)
+    # the most bytes of clones held at once: a sweep over their [when, last] intervals
+    delta: dict[int, int] = {}
+    for v in need:
+        delta[when[v]] = delta.get(when[v], 0) + nb[v]
+        delta[last[v] + 1] = delta.get(last[v] + 1, 0) - nb[v]
+    held = live = 0
+    for t in sorted(delta):
+        live += delta[t]
+        held = max(held, live)
     abar = sum(nb[v] for v in kept)
     keep_ops = closure(prob, kept - ({cut} if cut not in tape else set()), inside)
     all_ops = keep_ops | closure(prob, [cut] if cut is not None else [], inside)
@@ -180,13 +187,23 @@ def segment_options(prob: Problem, ops: list[int], cut: Value | None, tape: set[
                    for d in combinations(droppable, r))
     else:
         by_ratio = sorted(droppable, key=lambda v: cost[prob.born[v]] / max(prob.nbytes[v], 1))
-        subsets = (tuple(by_ratio[:r]) for r in range(1, len(by_ratio) + 1))
+        subsets = (tuple(by_ratio[:r]) for r in _prefixes(len(by_ratio)))
     opts = [full]
     for d in subsets:
         o = _option(prob, ops, cut, tape, d, start, cost)
         if o is not None:
             opts.append(o)
     return pareto(opts)
+
+
+def _prefixes(n: int) -> list[int]:
+    """How many of `n` greedily ordered values to drop: every count up to `MAX_PREFIXES`,
+    beyond that as many counts spread evenly, the last included (each option costs a pass
+    over the segment: a dense block's segment has hundreds of droppable values, and at most
+    `MAX_OPTIONS` options survive)."""
+    if n <= MAX_PREFIXES:
+        return list(range(1, n + 1))
+    return sorted({1 + round(j * (n - 1) / (MAX_PREFIXES - 1)) for j in range(MAX_PREFIXES)})
 
 
 def pareto(opts: list[TapeOption]) -> list[TapeOption]:
