@@ -53,16 +53,19 @@ FULL = {
     "mlp": dict(B=512, D0=1024, D1=4096, D2=4096, D3=1024),
     "transformer_block": dict(B=16, T=512, D=768, H=12, K=64, F=3072),
     "deep_mlp": dict(B=512, D=1024, L=64),
+    "gpt": dict(L=12, B=16, T=512, D=768, H=12, K=64, F=3072, V=8192),
 }
 MEDIUM = {  # a CPU step of tens of milliseconds: kernels, not Python, dominate
     "mlp": dict(B=128, D0=256, D1=1024, D2=1024, D3=256),
     "transformer_block": dict(B=2, T=128, D=256, H=4, K=64, F=1024),
     "deep_mlp": dict(B=128, D=256, L=64),
+    "gpt": dict(L=4, B=2, T=128, D=256, H=4, K=64, F=1024, V=1024),
 }
 SMALL = {
     "mlp": dict(B=8, D0=16, D1=32, D2=32, D3=16),
     "transformer_block": dict(B=2, T=8, D=16, H=2, K=8, F=32),
     "deep_mlp": dict(B=4, D=8, L=16),
+    "gpt": dict(L=2, B=2, T=8, D=16, H=2, K=8, F=32, V=24),
 }
 SIZES = {"full": FULL, "medium": MEDIUM, "small": SMALL}
 REMAT = {"deep_mlp": ("none", "sqrt")}
@@ -90,16 +93,22 @@ def load(model: str, sizes: dict, mode: str):
 
 
 def make_inputs(fn, sizes: dict, seed: int = 0) -> dict[str, np.ndarray]:
-    """float32 inputs: x ~ N(0, 1); weights scaled by 1/sqrt(fan-in); layernorm gains ~ 1."""
+    """float32 inputs: x ~ N(0, 1); weights scaled by 1/sqrt(fan-in); layernorm gains ~ 1
+    and biases ~ 0 (vectors, or stacked per layer: ``[L, n]`` named g*, be*, c*); integer
+    inputs (class labels) uniform in ``[0, V)``."""
     rng = np.random.default_rng(seed)
     out = {}
     for a in fn.args:
         shape = tuple(d if isinstance(d, int) else sizes[d] for d in a.type.shape)
+        if a.type.dtype.startswith("i"):
+            out[a.name] = rng.integers(0, sizes["V"], shape).astype(np.int64)
+            continue
         x = rng.standard_normal(shape)
-        if len(shape) >= 2 and a.name != "x":
-            x *= 0.5 / np.sqrt(shape[-2])
-        elif len(shape) == 1:
+        vector = len(shape) == 1 or (len(shape) == 2 and a.name.startswith(("g", "be", "c")))
+        if vector:
             x = (1.0 if a.name.startswith("g") else 0.0) + 0.1 * x
+        elif len(shape) >= 2 and a.name != "x":
+            x *= 0.5 / np.sqrt(shape[-2])
         out[a.name] = x.astype(np.float32)
     return out
 

@@ -35,17 +35,35 @@ def deep_mlp(o, x, W, b):
     return o.mean(h * h)
 
 
-MODELS = {"mlp": mlp, "transformer_block": transformer_block, "deep_mlp": deep_mlp}
+def gpt(o, x, y, Wq, Wk, Wv, Wo, g1, be1, W1, c1, W2, c2, g2, be2, gf, bf, Wout):
+    def block(h, wq, wk, wv, wo, g1, be1, w1, c1, w2, c2, g2, be2):
+        a = o.layernorm(h, g1, be1)
+        q, k, v = (o.einsum("btd,hdk->bhtk", a, w) for w in (wq, wk, wv))
+        h = h + o.einsum("bhtk,hkd->btd", o.causal_attention(q, k, v), wo)
+        return h + o.gelu(o.layernorm(h, g2, be2) @ w1 + c1) @ w2 + c2
+
+    h = o.fold_layers(block, x, Wq, Wk, Wv, Wo, g1, be1, W1, c1, W2, c2, g2, be2)
+    return o.cross_entropy(o.layernorm(h, gf, bf) @ Wout, y)
+
+
+MODELS = {"mlp": mlp, "transformer_block": transformer_block, "deep_mlp": deep_mlp,
+          "gpt": gpt}
 
 
 def torch_ops():
     import torch
     import torch.nn.functional as F
-    def fold_layers(step, h, W, b):
-        return functools.reduce(lambda h, wc: step(h, *wc), zip(W.unbind(0), b.unbind(0)), h)
+    def fold_layers(step, h, *stacked):
+        return functools.reduce(lambda h, ws: step(h, *ws), zip(*(W.unbind(0) for W in stacked)),
+                                h)
+
+    def cross_entropy(logits, y):   # the mean over every position
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
 
     return SimpleNamespace(
-        fold_layers=fold_layers,
+        fold_layers=fold_layers, cross_entropy=cross_entropy,
+        causal_attention=lambda q, k, v: F.scaled_dot_product_attention(q, k, v,
+                                                                        is_causal=True),
         relu=torch.relu, tanh=torch.tanh, mean=torch.mean, einsum=torch.einsum,
         softmax=lambda x: torch.softmax(x, dim=-1),
         gelu=lambda x: F.gelu(x, approximate="tanh"),
@@ -61,11 +79,22 @@ def jax_ops():
         v = jnp.mean(jnp.square(x - m), axis=-1, keepdims=True)
         return (x - m) / jnp.sqrt(v + 1e-5) * g + b
 
-    def fold_layers(step, h, W, b):
-        return jax.lax.scan(lambda h, wc: (step(h, *wc), None), h, (W, b))[0]
+    def fold_layers(step, h, *stacked):
+        return jax.lax.scan(lambda h, ws: (step(h, *ws), None), h, stacked)[0]
+
+    def causal_attention(q, k, v):
+        s = jnp.einsum("...tk,...sk->...ts", q, k) / jnp.sqrt(q.shape[-1]).astype(q.dtype)
+        t = q.shape[-2]
+        s = jnp.where(jnp.tril(jnp.ones((t, t), bool)), s, -jnp.inf)
+        return jax.nn.softmax(s, axis=-1) @ v
+
+    def cross_entropy(logits, y):
+        logp = jax.nn.log_softmax(logits, axis=-1)
+        return -jnp.mean(jnp.take_along_axis(logp, y[..., None], axis=-1))
 
     return SimpleNamespace(
-        fold_layers=fold_layers,
+        fold_layers=fold_layers, causal_attention=causal_attention,
+        cross_entropy=cross_entropy,
         relu=jax.nn.relu, tanh=jnp.tanh, mean=jnp.mean, einsum=jnp.einsum,
         softmax=lambda x: jax.nn.softmax(x, axis=-1),
         gelu=lambda x: jax.nn.gelu(x, approximate=True), layernorm=layernorm)

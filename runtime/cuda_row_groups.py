@@ -4,7 +4,8 @@ row passes find them (`adc_runtime.row_patterns`).
 
 Fusion would split such an adjoint between a reduction kernel and elementwise kernels (its
 reductions close groups), so the CUDA path leaves the ops of every adjoint found by
-`structural_members` out of its groups (``adcompiler.emit.cuda.ensure_fused`` with
+`structural_members` in a function body out of its groups (loop bodies run through the
+interpreter, op by op, and keep theirs fused) (``adcompiler.emit.cuda.ensure_fused`` with
 ``rows=True``); generated step code (`adc_runtime.cuda_step`) then finds them again with the
 dimensions bound (`match`, through `adc_runtime.row_fusion.plan`) and runs each as one
 launch at its last op, writing the values read after it: the adjoint, and for layernorm

@@ -302,11 +302,11 @@ def _stable_topo(units: list[tuple[int, Op]]) -> list[Op]:
 
 def fuse_block(block: Block, min_ops: int = 2, keep_rows: bool = False) -> None:
     """Fuse the elementwise ops of `block` and, first, of the loop bodies inside it; with
-    `keep_rows`, not the ops of row adjoints (see `Fuse`)."""
+    `keep_rows`, not the ops of row adjoints in `block` itself (see `Fuse`)."""
     for op in block.ops:
         if not has_trait(op, "group"):
-            for r in op.regions:
-                fuse_block(r, min_ops, keep_rows)
+            for r in op.regions:   # loop bodies run op by op: their adjoints are fused
+                fuse_block(r, min_ops)
     exclude: frozenset = frozenset()
     if keep_rows:   # the CUDA runtime's own patterns, which it matches again at run time
         from adc_runtime.cuda_row_groups import structural_members
@@ -318,9 +318,9 @@ def fuse_block(block: Block, min_ops: int = 2, keep_rows: bool = False) -> None:
 @dataclass(frozen=True)
 class Fuse(FunctionPass):
     """Group chains and DAGs of elementwise ops into ``fused`` ops (see the module doc).
-    With `keep_rows`, the ops of the softmax, layernorm and rmsnorm adjoints that the CUDA
-    runtime runs as one row kernel each (``adc_runtime.cuda_row_groups``) stay out of
-    groups."""
+    With `keep_rows`, the ops of the softmax, layernorm and rmsnorm adjoints in function
+    bodies, which the CUDA runtime's step code runs as one row kernel each
+    (``adc_runtime.cuda_row_groups``), stay out of groups."""
 
     min_ops: int = 2
     keep_rows: bool = False
