@@ -1,7 +1,7 @@
 """Which ops of a function body the compiled executor runs as row passes (`row_passes`).
 
 A *group* is one forward op (``softmax``, ``log_softmax``, ``layernorm``, ``rmsnorm``,
-``gelu``) or the consecutive ops of one adjoint as its VJP rule writes it (`row_patterns`:
+``gelu``, ``batchnorm`` and ``batchnorm_running`` in training) or the consecutive ops of one adjoint as its VJP rule writes it (`row_patterns`:
 softmax's, log-softmax's, cross-entropy's, layernorm's, rmsnorm's, both GELUs'), all run
 by one call at the group's last op. The call computes the values of the group that are
 read after it (its outputs) into their planned buffers or new arrays, the same bits as the
@@ -61,6 +61,8 @@ def _last_axis(op) -> bool:
 
 def forward_group(op, resolve):
     """(inputs, runner) of a forward op that has a row pass, or None."""
+    if op.name == "batchnorm_running":
+        return _batchnorm_group(op, resolve)
     if len(op.results) != 1:
         return None
     r = op.results[0]
@@ -89,7 +91,26 @@ def forward_group(op, resolve):
         if _float_shape(x, resolve) == shape and _float_shape(gamma, resolve) == shape[-1:]:
             return list(op.operands), row_norms.rmsnorm_runner(shape, dtype,
                                                                float(op.attrs["eps"]))
+    if op.name == "batchnorm":
+        return _batchnorm_group(op, resolve)
     return None
+
+
+def _batchnorm_group(op, resolve):
+    """batchnorm, or `batchnorm_running` in training, with 1-D gamma and beta (and running
+    statistics) along the channel axis, all of the result's float dtype."""
+    r = op.results[0]
+    shape = _float_shape(r, resolve)
+    if shape is None or any(v.type.dtype != r.type.dtype for v in op.operands) or (
+            op.name == "batchnorm_running" and not op.attrs.get("training")):
+        return None
+    axis = op.attrs.get("axis", 1) % len(shape)
+    if _float_shape(op.operands[0], resolve) != shape or any(
+            _float_shape(p, resolve) != (shape[axis],) for p in op.operands[1:]):
+        return None
+    running = (float(op.attrs["momentum"]),) if op.name == "batchnorm_running" else None
+    return list(op.operands), row_norms.batchnorm_runner(
+        shape, numpy.dtype(DTYPES[r.type.dtype]), axis, float(op.attrs["eps"]), running)
 
 
 def _rows(shape):
@@ -170,7 +191,7 @@ def match_rows(op, resolve, consts, read_at, index):
     if made is None:
         return None
     inputs, run = made
-    return [op], inputs, [op.results[0]], run
+    return [op], inputs, list(op.results), run
 
 
 def plan(block, resolve, consts: dict, skip, exclude, memory, match=match_rows) -> dict:
@@ -214,8 +235,9 @@ def plan(block, resolve, consts: dict, skip, exclude, memory, match=match_rows) 
 
 
 def _large(op, resolve) -> bool:
-    """Whether `op`'s first result has `MIN_ELEMENTS` elements or more."""
-    if len(op.results) != 1:
+    """Whether `op`'s first result has `MIN_ELEMENTS` elements or more (one result, or
+    `batchnorm_running`'s three)."""
+    if len(op.results) != 1 and op.name != "batchnorm_running":
         return False
     size = 1
     for d in resolve(op.results[0].type.shape):

@@ -1,4 +1,4 @@
-"""Row passes of rmsnorm's forward pass.
+"""Row passes of rmsnorm's forward pass, and batchnorm's as one pass per channel.
 
 rmsnorm's table kernel (`adc_runtime.kernels.norm`) sums a row's squares with
 ``einsum``, whose order of additions depends on NumPy's SIMD loops and cannot be
@@ -17,8 +17,19 @@ roundings more to each. NaNs and infinities come out where the table kernel's do
 A row whose mean square overflows (or, with eps 0, underflows) is scaled by its largest
 magnitude first, as `adcompiler.ops.norm.rms_parts` does; the table kernel scales every
 row of the array then, this loop only that row (both within the bound).
+
+batchnorm (and `batchnorm_running` in training) gives the table kernels' bits: x viewed as
+``(N, C, P)`` (the axes before the channel, the channel, those after), NumPy's mean over
+every axis but the channel adds, for each channel, the pairwise sums of its ``N`` runs of
+``P`` contiguous elements in order to +0.0 and divides the total by the count in float64;
+the loop does the same, then the centred squares' sum the same way, and writes ``(x -
+mean) * (gamma / sqrt(var + eps)) + beta``, three reads of a channel and one write where
+the table kernel makes eight passes over the array (`batchnorm_running`'s statistics
+twelve).
 """
 from __future__ import annotations
+
+import math
 
 import numpy
 
@@ -56,7 +67,36 @@ def rmsnorm_rows(x, gamma, out, eps, nf, zero, one, tiny, thr):
             out[i, j] = (x[i, j] * r) * gamma[j]
 
 
-row_passes.register(globals(), (rmsnorm_rows,))
+def batchnorm_channels(x, gamma, beta, out, sums, eps, zero, count):
+    """batchnorm of `x` viewed as ``(N, C, P)`` over N and P: ``mean``, ``var`` the mean
+    of the centred squares, ``out = (x - mean) * (gamma / sqrt(var + eps)) + beta``;
+    ``sums[0]`` the means, ``sums[1]`` the sums of the centred squares (P >= 1, N >= 1)."""
+    nn, cc, pp = x.shape
+    t = numpy.empty(pp, x.dtype)
+    stack, vals = numpy.empty(192, numpy.int64), numpy.empty(64, x.dtype)
+    for c in range(cc):
+        s = zero
+        for n in range(nn):
+            s = s + (zero + _pairwise(x[n, c], pp, stack, vals, False))
+        vals[63] = numpy.float64(s) / count
+        m = vals[63]
+        q = zero
+        for n in range(nn):
+            for j in range(pp):
+                d = x[n, c, j] - m
+                t[j] = d * d
+            q = q + (zero + _pairwise(t, pp, stack, vals, False))
+        vals[63] = numpy.float64(q) / count
+        scale = gamma[c] / numpy.sqrt(vals[63] + eps)
+        b = beta[c]
+        for n in range(nn):
+            for j in range(pp):
+                out[n, c, j] = (x[n, c, j] - m) * scale + b
+        sums[0, c] = m
+        sums[1, c] = q
+
+
+row_passes.register(globals(), (rmsnorm_rows, batchnorm_channels))
 
 
 def rmsnorm_runner(shape, dtype, eps: float):
@@ -77,4 +117,39 @@ def rmsnorm_runner(shape, dtype, eps: float):
             return None
         k(x.reshape(rows, n), gamma, out.reshape(rows, n), *consts)
         return (out,)
+    return run
+
+
+def batchnorm_runner(shape, dtype, axis: int, eps: float, running=None):
+    """batchnorm over every axis of `shape` but `axis`, 1-D gamma and beta, one pass per
+    channel; ``running=(momentum,)``: `batchnorm_running` in training, whose new running
+    mean and variance are the kernel's formulas on the pass's per-channel sums."""
+    axis %= len(shape)
+    nn, cc, pp = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
+    k = row_passes.get("batchnorm_channels")
+    t = dtype.type
+    count = nn * pp
+    consts = (t(eps), t(0), numpy.float64(count))
+    out_for, empty = row_passes.out_for, numpy.empty
+    add, multiply, full = numpy.add, numpy.multiply, numpy.full
+    if running is not None:
+        m = t(running[0])
+        keep = t(1) - m
+
+    def run(x, gamma, beta, *rest):
+        if running is None:
+            out = rest[0]
+        else:
+            mean0, var0, out, new_mean, new_var = rest
+        out = out_for(shape, dtype, (x, gamma, beta), out) if count else None
+        if out is None:
+            return None
+        sums = empty((2, cc), dtype)
+        k(x.reshape(nn, cc, pp), gamma, beta, out.reshape(nn, cc, pp), sums, *consts)
+        if running is None:
+            return (out,)
+        unbiased = sums[1] / t(count - 1) if count > 1 else full(cc, numpy.nan, dtype)
+        stats = (add(keep * mean0, m * sums[0], out=new_mean),
+                 add(keep * var0, m * unbiased, out=new_var))
+        return (out, *stats)
     return run
