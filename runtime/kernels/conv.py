@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 
+from . import loops
 from .table import kernel
 
 
@@ -118,8 +119,16 @@ def conv_input_grad(xp, g, w, shape, stride=1, padding=0, dilation=1, groups=1):
     cols = cols.reshape((batch, c) + tuple(kernel) + tuple(count))
     full = tuple(s + lo + hi for s, (lo, hi) in zip(shape, pads))
     out = xp.zeros((batch, c) + full, dtype=g.dtype)
-    for tap in itertools.product(*map(range, kernel)):
-        out[tap_slices(tap, stride, dilation, count)] += cols[(slice(None), slice(None)) + tap]
+    if xp.__name__ == "numpy" and n <= 2 and loops.active():
+        # one image plane at a time (`loops`): a conv1d's axis is the second of a 2-D one
+        one = (1,) * (2 - n)
+        loops.get("col2im")(cols.reshape((batch, c) + one + kernel + one + count),
+                            out.reshape((batch, c) + one + full),
+                            *(one + stride), *(one + dilation))
+    else:
+        for tap in itertools.product(*map(range, kernel)):
+            out[tap_slices(tap, stride, dilation, count)] += \
+                cols[(slice(None), slice(None)) + tap]
     return out[inner(shape, pads)] if full != tuple(shape) else out
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import itertools
 
+from . import loops
 from .table import kernel
 from .conv import inner, padded, per_axis, tap_slices, window_view
 
@@ -105,6 +106,12 @@ def max_pool2d_indices(xp, x, kernel, stride=None, padding=0, dilation=1, ceil_m
 @planes
 def max_pool2d_grad(xp, x, g, kernel, stride=None, padding=0, dilation=1, ceil_mode=False):
     k, s, d, pads, count = geometry(x.shape[2:], kernel, stride, padding, dilation, ceil_mode)
+    if xp.__name__ == "numpy" and loops.active():
+        # the pick and the scatter, one image plane at a time (`loops`)
+        out = xp.zeros(x.shape, dtype=g.dtype)
+        loops.get("pool_grad")(x, g, out, xp.empty(count, dtype=xp.int64), *k, *s, *d,
+                               pads[0][0], pads[1][0])
+        return out
     idx = pick(xp, x, k, s, d, pads, count)
     out = xp.zeros(x.shape[:2] + tuple(h + lo + hi for h, (lo, hi) in zip(x.shape[2:], pads)),
                    dtype=g.dtype)

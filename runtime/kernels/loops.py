@@ -1,0 +1,90 @@
+"""Compiled loops (numba) for the scatters of the convolution and pooling adjoints.
+
+col2im (adding each kernel tap's columns back into the input's place) and max pooling's
+adjoint (the first maximal element of each window gets the window's cotangent) are, in
+NumPy, one strided pass over the whole batch per kernel tap; these loops make the same
+additions in the same order (tap by tap, so the sums have the same bits) one image plane at
+a time, while the plane is in the cache.
+
+They run under the gate of the row passes (`adc_runtime.row_passes`): with numba
+installed and ``ADC_FUSE`` not ``0``, once numba is loaded in the process (the compiled
+executor's row passes or fused runs load it; ``ADC_FUSE=1`` loads it at once); before that,
+and without numba, the kernels run their NumPy form, so a short run never pays numba's
+import. The loops are fixed functions of this package, cached beside this file.
+"""
+from __future__ import annotations
+
+import sys
+
+from .. import row_passes
+
+_jitted: dict = {}
+_INF = float("inf")
+
+
+def active() -> bool:
+    """Whether the kernels use these loops now (module doc)."""
+    policy = row_passes.policy()
+    if policy == "off" or (policy == "later" and "numba" not in sys.modules):
+        return False
+    return row_passes.enabled()
+
+
+def _col2im(cols, out, sh, sw, dh, dw):
+    """``out[n, c, h*sh + i*dh, w*sw + j*dw] += cols[n, c, i, j, h, w]``, tap by tap."""
+    batch, chans, kh, kw, ho, wo = cols.shape
+    for n in range(batch):
+        for c in range(chans):
+            for i in range(kh):
+                for j in range(kw):
+                    for h in range(ho):
+                        r = h * sh + i * dh
+                        for w in range(wo):
+                            out[n, c, r, w * sw + j * dw] += cols[n, c, i, j, h, w]
+
+
+def _pool_grad(x, g, out, pick, kh, kw, sh, sw, dh, dw, ph, pw):
+    """Max pooling's adjoint into `out` (zeros, x's shape): each window's first maximal
+    element inside x (a NaN always wins, so the last NaN; a window of -inf keeps its first
+    element) gets the window's cotangent, added tap by tap. `pick`: scratch of g's plane."""
+    batch, chans, height, width = x.shape
+    ho, wo = g.shape[2], g.shape[3]
+    for n in range(batch):
+        for c in range(chans):
+            for oh in range(ho):
+                for ow in range(wo):
+                    best = -_INF
+                    t = -1
+                    for i in range(kh):
+                        r = oh * sh - ph + i * dh
+                        if r < 0 or r >= height:
+                            continue
+                        for j in range(kw):
+                            q = ow * sw - pw + j * dw
+                            if q < 0 or q >= width:
+                                continue
+                            v = x[n, c, r, q]
+                            if t < 0:
+                                t = i * kw + j
+                            if v > best or v != v:
+                                best = v
+                                t = i * kw + j
+                    pick[oh, ow] = t
+            for i in range(kh):
+                for j in range(kw):
+                    tap = i * kw + j
+                    for oh in range(ho):
+                        r = oh * sh - ph + i * dh
+                        for ow in range(wo):
+                            if pick[oh, ow] == tap:
+                                out[n, c, r, ow * sw - pw + j * dw] += g[n, c, oh, ow]
+
+
+def get(name: str):
+    """The compiled loop `name` (``col2im`` or ``pool_grad``), compiled on first use."""
+    if not _jitted:
+        import numba
+        for f in (_col2im, _pool_grad):
+            _jitted[f.__name__[1:]] = numba.njit(cache=True, nogil=True,
+                                                 error_model="numpy")(f)
+    return _jitted[name]
