@@ -106,7 +106,7 @@ def make_inputs(fn, sizes: dict, ints: dict, seed: int = 0) -> dict:
     import numpy as np
     sys.path.insert(0, str(HERE))
     from bench_gpu import make_inputs as float_inputs
-    out = float_inputs(fn, sizes, seed)
+    out = float_inputs(fn, {"V": 1, **sizes}, seed)   # its labels: replaced below
     rng = np.random.default_rng(seed + 1)
     for name, n in ints.items():
         n = n if isinstance(n, int) else sizes[n]
