@@ -175,6 +175,41 @@ def test_train_saves_checkpoints_and_resumes_state_bit_identically(tmp_path):
     assert r.returncode == 1 and "error: " in r.stderr and "state input" in r.stderr
 
 
+GROUPED = """
+group Conv { w: f64[3, 2, 3, 3] }
+group Norm { g: f64[3], b: f64[3] }
+
+def net(x: f64[N, 2, 5, 5], param conv: Conv, param bn: Norm, param fc: f64[3, 4],
+        state mean: f64[3], state var: f64[3] = 1) -> f64[N, 4] {
+    h, mean, var = batchnorm_running(conv2d(x, conv.w, padding=1), bn.g, bn.b, mean, var)
+    return sum(relu(h), axis=[2, 3]) @ fc
+}
+
+def loss(x: f64[N, 2, 5, 5], t: f64[N, 4], param conv: Conv, param bn: Norm,
+         param fc: f64[3, 4], state mean: f64[3], state var: f64[3] = 1) -> f64 {
+    return mean((net(x, conv, bn, fc, mean, var) - t) ** 2)
+}
+"""
+
+
+def test_a_call_passes_groups_and_rebinds_state():
+    """A function with group and state inputs: the call's arguments are matched by the
+    declared inputs (a group is one), and the names passed for the state get its update."""
+    rng = np.random.default_rng(3)
+    p, x, t = _params(rng), rng.standard_normal((4, 2, 5, 5)), rng.standard_normal((4, 4))
+    state = {"mean": 0.1 * rng.standard_normal(3), "var": 1 + 0.1 * rng.random(3)}
+    flat = adc.load(NET)
+    (want, *want_state), want_g = adc.value_and_grad(flat, "loss", has_aux=True)(
+        x=x, t=t, **p, **state)
+    grouped = adc.load(GROUPED)
+    inputs = {"conv.w": p["w"], "bn.g": p["g"], "bn.b": p["b"], "fc": p["fc"]}
+    (got, *got_state), got_g = adc.value_and_grad(grouped, "loss", has_aux=True)(
+        x=x, t=t, **inputs, **state)
+    assert got == want
+    for a, b in zip(got_state + list(got_g), want_state + list(want_g)):
+        np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize("src, at, msg", [
     ("def f(x: f32[3], state s: f32[3]) -> f32 {\n    return sum(x)\n}\n"
      "def g(x: f32[3], state s: f32[3]) -> f32 {\n    return f(x, s + 1)\n}\n", (5, 17),

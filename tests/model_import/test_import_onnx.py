@@ -37,11 +37,15 @@ def test_readable_source_with_symbolic_batch_and_sanitized_names():
     imp = adc.from_onnx(mlp())
     assert "x: f32[batch, 4]" in imp.source
     assert "param fc_W: f32[4, 3],  # fc/W" in imp.source
-    assert "h = x @ fc_W + fc_b  # fc1 (Gemm)" in imp.source
-    assert imp.inputs == ["x"] and imp.outputs == ["y"] and sorted(imp.params) == ["fc_W", "fc_b"]
+    # a dotted initializer name is a module path: the leaf `b` of the group `fc`
+    assert "# fc\ngroup Fc {\n    b: f32[3]\n}" in imp.source
+    assert "    param fc: Fc,  # fc\n" in imp.source
+    assert "h = x @ fc_W + fc.b  # fc1 (Gemm)" in imp.source
+    assert imp.inputs == ["x"] and imp.outputs == ["y"] and sorted(imp.params) == ["fc.b", "fc_W"]
+    assert imp.paths == {"fc/W": "fc_W", "fc.b": "fc.b"}
     x = np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32)
     (out,) = adc.run(imp.module, imp.fn, {**imp.params, "x": x})
-    ref = np.maximum(x @ imp.params["fc_W"] + imp.params["fc_b"], 0)
+    ref = np.maximum(x @ imp.params["fc_W"] + imp.params["fc.b"], 0)
     np.testing.assert_allclose(out, ref, rtol=1e-6)
 
 
@@ -131,4 +135,54 @@ def test_refused_options_are_never_approximated():
     m = helper.make_model(helper.make_graph([node], "g", [x], [y]),
                           opset_imports=[helper.make_opsetid("", 13)])
     with pytest.raises(AdcError, match="dilations other than 1 are not supported"):
+        adc.from_onnx(m)
+
+
+def _one_node(node, x_shape, y_shape, inits=(), opset=17):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, list(y_shape))
+    g = helper.make_graph([node], "g", [x], [y], list(inits))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def test_asymmetric_max_pool_padding_is_exact_without_warnings():
+    """Padding a max pool cannot make symmetric is -inf around the input, set through a
+    constant: nothing computes an infinity (or a log of zero) at run time."""
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3],
+                            pads=[0, 1, 2, 2], strides=[1, 2])
+    imp = adc.from_onnx(_one_node(node, (2, 1, 5, 5), (2, 1, 5, 3)))
+    assert "log(" not in imp.source and "where(" in imp.source
+    x = -np.abs(np.random.default_rng(2).standard_normal((2, 1, 5, 5)))   # all below 0
+    padded = np.pad(x, ((0, 0), (0, 0), (0, 2), (1, 2)), constant_values=-np.inf)
+    want = np.array([[[[padded[n, 0, i:i + 3, 2 * j:2 * j + 3].max() for j in range(3)]
+                       for i in range(5)]] for n in range(2)])
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (out,) = adc.run(imp.module, imp.fn, {**imp.params, "x": x.astype(np.float32)})
+        errs = adc.check_grads(imp.module, {**imp.params, "x": x}, fn=imp.fn, wrt=["x"],
+                               rtol=1e-6)
+    np.testing.assert_array_equal(out, want.astype(np.float32))
+    assert max(errs.values()) < 1e-6
+
+
+def test_training_mode_dropout_is_the_dropout_op():
+    """Dropout with a constant training_mode=true: adc's dropout (dropping in training,
+    the identity in evaluation); its random stream is adc's, so what is checked is the
+    rate and the scale of the kept elements."""
+    inits = [numpy_helper.from_array(np.array(0.25, np.float32), "ratio"),
+             numpy_helper.from_array(np.array(True), "train")]
+    node = helper.make_node("Dropout", ["x", "ratio", "train"], ["y"])
+    imp = adc.from_onnx(_one_node(node, (40, 50), (40, 50), inits))
+    assert "y = dropout(x, 0.25)" in imp.source
+    x = np.random.default_rng(3).standard_normal((40, 50)).astype(np.float32)
+    np.testing.assert_array_equal(adc.function(imp.module, imp.fn)(x=x, **imp.params), x)
+    y = adc.function(imp.module, imp.fn, training=True, seed=4)(x=x, **imp.params)
+    kept = y != 0
+    np.testing.assert_allclose(y[kept], x[kept] / 0.75, rtol=1e-6)
+    assert abs((1 - kept.mean()) - 0.25) < 4.5 * np.sqrt(0.25 * 0.75 / x.size)
+    with pytest.raises(AdcError, match="the mask output of Dropout"):
+        node = helper.make_node("Dropout", ["x", "ratio", "train"], ["y", "mask"])
+        m = _one_node(node, (4, 5), (4, 5), inits)
+        m.graph.output.append(helper.make_tensor_value_info("mask", TensorProto.BOOL, [4, 5]))
         adc.from_onnx(m)

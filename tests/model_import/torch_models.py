@@ -78,3 +78,21 @@ class GPTBlock(nn.Module):
         y2 = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + y2.transpose(1, 2).reshape(b, t, -1)
         return self.lm_head(self.lnf(x))
+
+
+class TrainCNN(nn.Module):
+    """A CNN trained in train mode: batch norms update their running statistics, dropout
+    drops. The convolutions before a batch norm have no bias (the norm removes it, so its
+    gradient is rounding noise, which Adam would amplify into diverging steps)."""
+
+    def __init__(self, p=0.0):
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(3, 6, 3, padding=1, bias=False),
+                                      nn.BatchNorm2d(6), nn.ReLU(), nn.MaxPool2d(2),
+                                      nn.Conv2d(6, 8, 3, bias=False), nn.BatchNorm2d(8),
+                                      nn.ReLU())
+        self.drop = nn.Dropout(p)
+        self.fc = nn.Linear(8 * 3 * 3, 5)
+
+    def forward(self, x):
+        return self.fc(self.drop(torch.flatten(self.features(x), 1)))

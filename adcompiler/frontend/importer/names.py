@@ -103,3 +103,10 @@ def ints(values) -> str:
     """A TDSL list of ints (or dim names): ``[1, -1, B]``."""
     return "[" + ", ".join(v if isinstance(v, str) else number(int(v), "i64")
                            for v in values) + "]"
+
+
+def type_text(t) -> str:
+    """A tensor type as TDSL writes it: ``f32[B, 3]``, ``i64``."""
+    if not t.shape:
+        return t.dtype
+    return f"{t.dtype}[{', '.join(str(d) for d in t.shape)}]"

@@ -8,9 +8,10 @@ statement the language refuses is reported at the node that produced it. `source
 the program: the inputs, then the parameters (each with its source name), the body, and
 optionally a `loss` function over the model.
 
-Parameters carry their module path (`ParamRecord.path`) and whether the model trains them
-(`trainable`), so that grouping them by module path, or printing read-only ones as state, is a
-matter of printing the header.
+A trained parameter named by a dotted module path is a leaf of a parameter group mirroring
+the module tree (`groups.ParamTree`); the model's read-only data (constants) are plain
+``param`` inputs read through ``stop_gradient``, and the buffers a training step updates
+(running statistics) are ``state`` inputs, rebound by the statement that updates them.
 """
 from __future__ import annotations
 
@@ -22,9 +23,12 @@ from ...diagnostics import AdcError
 from ...ir.core import Block, Function, Value
 from ...ir.types import TensorType
 from ..tdsl.function import Binding, FunctionLowerer
+from ..tdsl.groups import GroupValue
 from ..tdsl.parse import parse
+from ..tdsl.randomness import KEY, KEY_INPUT, _calls, is_random_op
+from .groups import ParamTree
 from .losses import LOSSES
-from .names import Names, quote
+from .names import Names, number, quote, type_text
 
 NP_TO_TDSL = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64",
               np.dtype(np.float16): "f16", np.dtype(np.int64): "i64",
@@ -60,8 +64,16 @@ class ParamRecord:
     type: TensorType
     value: np.ndarray
     source: str                 # the name in the model
-    path: tuple = ()            # module path of the parameter (grouping)
     trainable: bool = True      # False: constant data the model reads (no gradient)
+    top: str | None = None      # the group input holding it (its `name` is the leaf path)
+
+
+@dataclass
+class StateRecord:
+    name: str
+    type: TensorType
+    value: np.ndarray
+    source: str
 
 
 @dataclass
@@ -69,12 +81,6 @@ class InputRecord:
     name: str
     type: TensorType
     source: str
-
-
-def type_text(t: TensorType) -> str:
-    if not t.shape:
-        return t.dtype
-    return f"{t.dtype}[{', '.join(str(d) for d in t.shape)}]"
 
 
 def tdsl_array(value: np.ndarray) -> np.ndarray:
@@ -93,10 +99,13 @@ class ProgramWriter:
     def __init__(self, file: str, fn: str = "model"):
         self.file = file
         # np.savez takes `file` and `allow_pickle` as its own arguments: no param may be so named
-        self.names = Names(reserved={fn, "loss", "target", "out", "file", "allow_pickle"})
+        self.names = Names(reserved={fn, "loss", "target", "out", "file", "allow_pickle",
+                                     KEY_INPUT})
         self.fn_name = fn
         self.inputs: list[InputRecord] = []
         self.params: list[ParamRecord] = []
+        self.states: list[StateRecord] = []
+        self.tree = ParamTree(self.names)
         self.lines: list[str] = []
         self.results: list[tuple[Val, str]] = []
         self._fn = Function(fn, Block([], []), [])
@@ -115,23 +124,56 @@ class ProgramWriter:
         self.inputs.append(InputRecord(name, t, source))
         return self._arg(name, t)
 
-    def add_param(self, source: str, value, *, path: tuple = (), trainable: bool = True,
-                  hint: str = "p") -> Val:
+    def add_param(self, source: str, value, *, trainable: bool = True, hint: str = "p") -> Val:
+        """A ``param`` input holding `value`: a leaf of the groups when trained and named by a
+        dotted path, else a plain input (`trainable` False: read, never trained)."""
         a = tdsl_array(value)
-        name = self.names.take(source, hint)
         t = TensorType(NP_TO_TDSL[a.dtype], tuple(int(d) for d in a.shape))
-        self.params.append(ParamRecord(name, t, a, source, path, trainable))
+        placed = self.tree.place(source, t) if trainable else None
+        if placed is None:
+            name = self.names.take(source, hint)
+            self.params.append(ParamRecord(name, t, a, source, trainable))
+            return self._arg(name, t)
+        top, leaf = placed
+        name = f"{top}.{leaf}"
+        self.params.append(ParamRecord(name, t, a, source, trainable, top))
+        self._fn.body.add_arg(t, name)
+        self._bind_group(top)
+        return Val(name, t)
+
+    def _bind_group(self, top: str) -> None:
+        """(Re)bind group input `top` in the body to a group holding every leaf so far."""
+        first = self.tree.top_of(top)
+        g = self.tree.group_type(first)
+        args = {a.name: a for a in self._fn.body.args}
+        leaves = {path: args[f"{top}.{path}"] for path, _ in g.leaves()}
+        self._lower.scope.vars[top] = Binding(GroupValue(g, (), leaves, (), top), None)
+
+    def add_state(self, source: str, value) -> Val:
+        """A ``state`` input starting at `value` (a buffer that the model updates)."""
+        a = tdsl_array(value)
+        name = self.names.take(source, "s")
+        t = TensorType(NP_TO_TDSL[a.dtype], tuple(int(d) for d in a.shape))
+        self.states.append(StateRecord(name, t, a, source))
         return self._arg(name, t)
 
+    def state_names(self) -> set[str]:
+        return {s.name for s in self.states}
+
     # ---- statements ---------------------------------------------------------------------
-    def assign(self, hints: list[str], expr: str, comment: str) -> list[Val]:
+    def assign(self, hints: list[str], expr: str, comment: str, keep=()) -> list[Val]:
         """Write ``t1, t2 = expr  # comment`` with targets named from `hints`, lower it, and
-        return the targets with their types. An `AdcError` means the language refused the
+        return the targets with their types; a hint whose position is in `keep` is a state
+        input's name, rebound as it is. An `AdcError` means the language refused the
         statement; nothing is kept of it then."""
-        targets = [self.names.fresh(h) for h in hints]
+        targets = [h if k in keep else self.names.fresh(h) for k, h in enumerate(hints)]
         line = f"{', '.join(targets)} = {expr}"
         tree = parse(f"def _s() -> f32 {{\n{line}\nreturn 0.0\n}}\n", self.file)
         stmt = tree.defs[0].body[0]
+        if self._lower.keys.entries[0][0] is None and \
+                any(is_random_op(c.func, {}) for c in _calls(stmt, [])):
+            # the first op that draws: the function gets its key input, as a compile gives it
+            self._lower.keys.entries[0][0] = self._fn.body.add_arg(KEY, KEY_INPUT)
         self._lower.assign(stmt)
         self.lines.append(f"    {line}  # {quote(comment)}" if comment else f"    {line}")
         return [Val(t, self._lower.scope.vars[t].value.type) for t in targets]
@@ -147,14 +189,35 @@ class ProgramWriter:
         self.results = list(results)
 
     # ---- printing -----------------------------------------------------------------------
+    def param_inputs(self) -> list[str]:
+        """The function's ``param`` and ``state`` inputs as a call passes them (a group
+        input once, where its first leaf stands)."""
+        out: list[str] = []
+        for p in self.params:
+            name = p.top or p.name
+            if name not in out:
+                out.append(name)
+        return out + [s.name for s in self.states]
+
     def _header(self, name: str, extra: list[str], result: str) -> list[str]:
         out = [f"def {name}("]
         for r in self.inputs:
             out.append(f"    {r.name}: {type_text(r.type)},")
         out += [f"    {e}," for e in extra]
+        seen = set()
         for p in self.params:
+            if p.top is not None:
+                if p.top not in seen:
+                    seen.add(p.top)
+                    first = self.tree.top_of(p.top)
+                    g = self.tree.group_type(first)
+                    out.append(f"    param {p.top}: {g.name},  # {quote(first)}")
+                continue
             note = "" if p.trainable else ", constant"
             out.append(f"    param {p.name}: {type_text(p.type)},  # {quote(p.source)}{note}")
+        for s in self.states:
+            init = _state_init(s.value)
+            out.append(f"    state {s.name}: {type_text(s.type)}{init},  # {quote(s.source)}")
         out.append(f") -> {result} {{")
         return out
 
@@ -166,6 +229,8 @@ class ProgramWriter:
         result = type_text(types[0]) if len(types) == 1 else \
             "(" + ", ".join(type_text(t) for t in types) + ")"
         out = [f"# {quote(h)}" for h in header]
+        groups = self.tree.declarations()
+        out += [""] + groups if groups else []
         out += self._header(self.fn_name, [], result)
         out += self.lines
         out.append("    return " + ", ".join(v.name for v, _ in self.results) +
@@ -201,7 +266,7 @@ class ProgramWriter:
 
     def _loss(self, kind: str) -> list[str]:
         target = self.loss_target(kind)
-        args = ", ".join([r.name for r in self.inputs] + [p.name for p in self.params])
+        args = ", ".join([r.name for r in self.inputs] + self.param_inputs())
         body = LOSSES[kind]
         t = self.result_types()[0]
         squeeze = kind == "cross_entropy" and self._class_shape(t) != t.shape
@@ -216,3 +281,17 @@ class ProgramWriter:
 
     def param_values(self) -> dict[str, np.ndarray]:
         return {p.name: p.value for p in self.params}
+
+    def state_values(self) -> dict[str, np.ndarray]:
+        return {s.name: s.value for s in self.states}
+
+
+def _state_init(value: np.ndarray) -> str:
+    """`` = V`` when every element of a state's starting value is V (torch's fresh running
+    variance, 1), else nothing: the values themselves come with the parameters."""
+    flat = np.asarray(value).reshape(-1)
+    if flat.size and np.all(flat == flat[0]) and np.isfinite(flat[0]) and flat[0] != 0:
+        v = flat[0].item()
+        text = number(abs(v), "i64" if isinstance(v, int) else "f64")
+        return f" = {'-' if v < 0 else ''}{text}"
+    return ""

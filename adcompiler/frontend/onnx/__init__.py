@@ -1,7 +1,7 @@
 """The ONNX importer: an ONNX model as a readable TDSL program (`from_onnx`).
 
 `read` checks the file, `graph` walks the nodes, and `table` holds one lowering entry per
-op type (filled by `ops_math`, `ops_nn` and `ops_shape`). The program is written as text and
+op type (filled by `ops_math`, `ops_nn`, `ops_norm` and `ops_shape`). The program is written as text and
 compiled by the TDSL front end: nothing of the model is executed.
 """
 from __future__ import annotations
@@ -29,7 +29,8 @@ def from_onnx(model, *, loss: str | None = None, fn: str = "model",
     return Imported(source, fn, [r.name for r in writer.inputs], writer.param_values(),
                     [n for _, n in writer.results], module,
                     [p.name for p in writer.params if not p.trainable],
-                    {p.name: p.source for p in writer.params})
+                    {**{p.name: p.source for p in writer.params},
+                     **{s.name: s.source for s in writer.states}}, writer.state_values())
 
 
 __all__ = ["from_onnx"]

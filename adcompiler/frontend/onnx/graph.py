@@ -12,7 +12,7 @@ import numpy as np
 
 from ...diagnostics import AdcError
 from ..importer.writer import ProgramWriter, Val
-from . import ops_math, ops_nn, ops_shape  # noqa: F401  (they fill the table)
+from . import ops_math, ops_nn, ops_norm, ops_shape  # noqa: F401  (they fill the table)
 from .node import Const, Node, Refused, Unavailable
 from .read import default_opset
 from .table import TABLE, supported

@@ -1,9 +1,7 @@
-"""ONNX convolution, pooling, normalization and softmax ops as TDSL."""
+"""ONNX convolution and pooling ops as TDSL."""
 from __future__ import annotations
 
-import math
-
-from ..importer.names import ints, number
+from ..importer.names import ints
 from .table import lowers
 
 
@@ -157,13 +155,17 @@ def _symmetric(n, x, kind, kernel, strides, before, after):
 
 
 def _padded_with_minus_inf(n, x, before, after) -> str:
-    """`x` padded with -inf on its spatial axes, as max pooling reads its padding: zeros,
-    plus the log of a mask that is 1 on `x` and 0 on the padding (a literal is finite)."""
+    """`x` padded with -inf on its spatial axes, as max pooling reads its padding: the
+    zero-padded `x` where a padded mask of ones is set, else a constant -inf (a literal is
+    finite). Nothing computes an infinity at run time, so nothing warns."""
+    import numpy as np
     if not x.type.is_float:
         n.refuse("max pooling of a non-float tensor with explicit padding")
     widths = ints([0, 0, 0, 0] + [v for ab in zip(before, after) for v in ab])
-    return n.temp(f"pad({x.name}, {widths}) + log(pad(ones_like({x.name}), {widths}))",
-                  "padded").name
+    dtype = {"f16": np.float16, "f32": np.float32}.get(x.dtype, np.float64)
+    low = n.imp.constant(f"minus_inf_{x.dtype}", np.array(-np.inf, dtype))
+    return n.temp(f"where(pad(ones_like({x.name}), {widths}) > 0.5, pad({x.name}, {widths}), "
+                  f"{low.name})", "padded").name
 
 
 def _avg_excluding_pad(n, x, kernel, strides, before, after):
@@ -206,134 +208,3 @@ def global_avg_pool(n):
 def global_max_pool(n):
     x = n.x(0)
     n.emit(f"max({x.name}, axis={ints(range(2, x.rank))}, keepdims=true)")
-
-
-@lowers("BatchNormalization", 7, 9, 14, 15)
-def batch_norm(n):
-    """Inference form: the running statistics normalize, as in every ONNX inference
-    graph; they are constants of the program (no gradient flows to them)."""
-    x = n.x(0)
-    if n.version >= 14 and n.attr("training_mode", 0):
-        n.refuse("batch normalization in training mode (batch statistics, updated running "
-                 "statistics) is not supported yet: it needs state inputs")
-    if n.version == 7:
-        n.only("spatial", (1,), 1)
-    n.attr("momentum", 0.9)   # only training updates read it
-    if any(n.wants(k) for k in (1, 2, 3, 4)):
-        n.refuse("training-mode outputs (running statistics) are not supported yet")
-    eps = number(float(n.attr("epsilon", 1e-5)), x.dtype)
-    shape = ints([-1] + [1] * (x.rank - 2))
-    s, b = n.x(1), n.x(2)
-    m, v = n.x(3, frozen=True), n.x(4, frozen=True)
-    n.emit(f"({x.name} - reshape({m.name}, {shape})) * reshape({s.name} * rsqrt({v.name} + "
-           f"{eps}), {shape}) + reshape({b.name}, {shape})")
-
-
-@lowers("InstanceNormalization", 6, 22)
-def instance_norm(n):
-    x = n.x(0)
-    eps = number(float(n.attr("epsilon", 1e-5)), x.dtype)
-    axes = ints(range(2, x.rank))
-    shape = ints([-1] + [1] * (x.rank - 2))
-    s, b = n.x(1), n.x(2)
-    mu = f"mean({x.name}, axis={axes}, keepdims=true)"
-    var = f"var({x.name}, axis={axes}, keepdims=true)"
-    n.emit(f"({x.name} - {mu}) * rsqrt({var} + {eps}) * reshape({s.name}, {shape}) + "
-           f"reshape({b.name}, {shape})")
-
-
-@lowers("LayerNormalization", 17)
-def layer_norm(n):
-    x = n.x(0)
-    axis = int(n.attr("axis", -1)) % max(x.rank, 1)
-    eps = number(float(n.attr("epsilon", 1e-5)), x.dtype)
-    n.only("stash_type", (1,), 1) if x.dtype == "f32" else n.attr("stash_type", 1)
-    if n.wants(1) or n.wants(2):
-        n.refuse("the Mean and InvStdDev outputs are not supported")
-    s = n.x(1)
-    b = n.x(2).name if n.has(2) else "0"
-    if axis == x.rank - 1 and s.rank == 1 and (n.has(2) is False or n.x(2).rank == 1):
-        if not n.has(2):
-            b = f"zeros_like({s.name})"
-        n.emit(f"layernorm({x.name}, {s.name}, {b}, axis=-1, eps={eps})")
-        return
-    axes = ints(range(axis, x.rank))
-    mu = f"mean({x.name}, axis={axes}, keepdims=true)"
-    var = f"var({x.name}, axis={axes}, keepdims=true)"
-    n.emit(f"({x.name} - {mu}) * rsqrt({var} + {eps}) * {s.name} + {b}")
-
-
-@lowers("RMSNormalization", 23)
-def rms_norm(n):
-    x = n.x(0)
-    axis = int(n.attr("axis", -1)) % max(x.rank, 1)
-    eps = number(float(n.attr("epsilon", 1e-5)), x.dtype)
-    n.attr("stash_type", 1)
-    s = n.x(1)
-    if axis == x.rank - 1 and s.rank == 1:
-        n.emit(f"rmsnorm({x.name}, {s.name}, axis=-1, eps={eps})")
-        return
-    axes = ints(range(axis, x.rank))
-    n.emit(f"{x.name} * rsqrt(mean(square({x.name}), axis={axes}, keepdims=true) + {eps}) "
-           f"* {s.name}")
-
-
-@lowers("LRN", 1, 13)
-def lrn(n):
-    """Across-channel local response normalization: the window sum of squares as an
-    average pool over the channel axis (zero padded, the divisor is `size`)."""
-    x = n.x(0)
-    if x.rank != 4 or not all(isinstance(d, int) for d in x.shape[1:]):
-        n.refuse("LRN needs an [N, C, H, W] input with static C, H, W")
-    size = int(n.attr("size"))
-    alpha, beta = float(n.attr("alpha", 1e-4)), float(n.attr("beta", 0.75))
-    bias = float(n.attr("bias", 1.0))
-    c, h, w = x.shape[1:]
-    lo, hi = (size - 1) // 2, math.ceil((size - 1) / 2)
-    sq = (f"reshape(square({x.name}), {ints([-1, 1, c, h * w])})")
-    win = n.temp(f"avg_pool2d(pad({sq}, {ints([0, 0, 0, 0, lo, hi, 0, 0])}), "
-                 f"{ints([size, 1])}, stride={ints([1, 1])})", "window_mean")
-    d = x.dtype
-    n.emit(f"{x.name} / ({number(bias, d)} + {number(alpha, d)} * reshape({win.name}, "
-           f"{ints([-1, c, h, w])})) ** {number(beta, d)}")
-
-
-def _softmax(op: str, fn: str):
-    @lowers(op, 1, 11, 13)
-    def lower(n):
-        x = n.x(0)
-        if n.version >= 13:
-            axis = int(n.attr("axis", -1))
-            n.emit(f"{fn}({x.name}, axis={axis})")
-            return
-        axis = int(n.attr("axis", 1)) % max(x.rank, 1)
-        if axis == x.rank - 1:
-            n.emit(f"{fn}({x.name}, axis=-1)")
-            return
-        if not all(isinstance(d, int) for d in x.shape[axis:]):
-            n.refuse("opset < 13 softmax over symbolic trailing axes is not supported")
-        inner = math.prod(x.shape[axis:])
-        flat = f"reshape({x.name}, {ints([-1, inner])})"
-        n.emit(f"reshape({fn}({flat}, axis=-1), {ints(x.shape)})")
-
-
-_softmax("Softmax", "softmax")
-_softmax("LogSoftmax", "log_softmax")
-
-
-@lowers("Dropout", 7, 10, 12, 13, 22)
-def dropout(n):
-    """Inference: the identity (the ratio is ignored); training mode is refused."""
-    x = n.x(0)
-    n.attr("seed", None)
-    if n.version >= 12:
-        if n.has(1):
-            n.const(1)
-        if n.has(2):
-            t = n.const(2)
-            if t is None or bool(t):
-                n.refuse("dropout in training mode is not supported yet")
-    else:
-        n.attr("ratio", 0.5)
-    n.unavailable(1, "the mask output of Dropout")
-    n.emit(x.name)

@@ -73,7 +73,8 @@ def from_torch(module, example_args, dynamic_shapes=None, *, loss: str | None = 
     return Imported(source, fn, [r.name for r in writer.inputs], writer.param_values(),
                     [n for _, n in writer.results], compiled,
                     [p.name for p in writer.params if not p.trainable],
-                    {p.name: p.source for p in writer.params})
+                    {**{p.name: p.source for p in writer.params},
+                     **{s.name: s.source for s in writer.states}}, writer.state_values())
 
 
 __all__ = ["from_torch"]

@@ -1,6 +1,9 @@
 """Importing a program exported by `torch.export`: placeholders by their kind (parameters
-become ``param`` inputs, buffers and constants read-only ``param`` inputs behind
-``stop_gradient``, user inputs the function's inputs), then each node through the table.
+become ``param`` inputs grouped by module path, the buffers the program updates ``state``
+inputs, other buffers and constants read-only ``param`` inputs behind ``stop_gradient``,
+user inputs the function's inputs), then each node through the table. A state's update is
+written under the state's own name where the node computing it is the buffer's only reader,
+else as ``NAME = value`` before the return.
 
 A node whose tensor arguments are all known when importing (masks built with ``arange``,
 ``full``, comparisons) is computed then, by the ATen op itself on those constants.
@@ -38,6 +41,11 @@ class ExportImporter:
         self.params: dict[str, Val] = {}
         self.dim_names = dim_names or {}
         self.node: TNode | None = None
+        # the buffers the program updates: output node name -> the buffer's target
+        self.mutated = {s.arg.name: s.target for s in ep.graph_signature.output_specs
+                        if s.kind.name == "BUFFER_MUTATION"}
+        self.state_of: dict[str, str] = {}     # buffer target -> state input name
+        self.bound: dict[str, Val] = {}        # state input name -> its binding now
 
     def run(self) -> ProgramWriter:
         sig = self.ep.graph_signature
@@ -73,8 +81,14 @@ class ExportImporter:
             raise AdcError(f"{self.label}: '{target}' ({kind.lower()}) has no value")
         array = tensor.detach().cpu().numpy().copy()
         if kind == "PARAMETER":
-            self.env[fx.name] = self.writer.add_param(
-                target, array, path=tuple(target.split(".")[:-1]), hint="p")
+            self.env[fx.name] = self.writer.add_param(target, array, hint="p")
+        elif kind == "BUFFER" and target in self.mutated.values():
+            try:
+                v = self.writer.add_state(target, array)
+            except ValueError as e:
+                raise AdcError(f"{self.label}: buffer '{target}': {e}") from None
+            self.env[fx.name] = self.bound[v.name] = v
+            self.state_of[target] = v.name
         else:   # buffers and constants: read, never trained
             self.env[fx.name] = Const(array, target, frozen=True)
 
@@ -186,15 +200,19 @@ class ExportImporter:
 
     # ---- outputs ------------------------------------------------------------------------
     def _output(self, fx, sig) -> None:
-        kinds = [s.kind.name for s in sig.output_specs]
-        if any(k != "USER_OUTPUT" for k in kinds):
-            mutated = [s.target for s in sig.output_specs if s.kind.name != "USER_OUTPUT"]
-            raise AdcError(f"{self.label}: the module updates its buffers "
-                           f"({', '.join(map(str, mutated))}): training-mode batch norm "
-                           "needs state inputs, not supported yet; export it in eval mode "
-                           "(module.eval())")
+        other = [s for s in sig.output_specs if s.kind.name not in ("USER_OUTPUT",
+                                                                      "BUFFER_MUTATION")]
+        if other:
+            raise AdcError(f"{self.label}: the module's outputs include "
+                           f"{', '.join(f'{s.kind.name.lower()} {s.target}' for s in other)}"
+                           ", which an import does not support")
+        users = [a for a, s in zip(fx.args[0], sig.output_specs)
+                 if s.kind.name == "USER_OUTPUT"]
+        for a, s in zip(fx.args[0], sig.output_specs):
+            if s.kind.name == "BUFFER_MUTATION":
+                self._update_state(a, s.target)
         results = []
-        for k, a in enumerate(fx.args[0]):
+        for k, a in enumerate(users):
             e = self.env.get(a.name) if hasattr(a, "name") else None
             if isinstance(e, Const):
                 e = self.materialize(a.name, e, True)
@@ -202,6 +220,37 @@ class ExportImporter:
                 raise AdcError(f"{self.label}: output {k} is not a tensor")
             results.append((e, a.name))
         self.writer.set_results(results)
+
+    def _update_state(self, a, target: str) -> None:
+        """Bind state `target` to its new value, output `a`, unless already bound to it."""
+        name = self.state_of[target]
+        e = self.env.get(a.name) if hasattr(a, "name") else None
+        if isinstance(e, Const):
+            e = self.materialize(a.name, e, True)
+        if not isinstance(e, Val):
+            raise AdcError(f"{self.label}: the new value of buffer '{target}' is not a tensor")
+        if self.bound[name] is e:
+            return
+        self.bound[name] = self.writer.assign([name], e.name, f"{target} updated", keep={0})[0]
+
+    @staticmethod
+    def result_hint(node: TNode, k: int) -> str:
+        """A name for result `k` of `node`: the module's path for the first one."""
+        path = module_path(node.fx)
+        return path if path and k == 0 else f"{node.name}_{k}"
+
+    def keeps_state(self, node: TNode, out) -> str | None:
+        """The state input that result `out` (an fx node) of `node` updates, where it can be
+        written under the state's name: the buffer is read by this node alone."""
+        target = self.mutated.get(getattr(out, "name", None))
+        if target is None:
+            return None
+        name = self.state_of[target]
+        old = [a for a in node.fx.all_input_nodes
+               if self.env.get(a.name) is self.bound[name]]
+        if not old or any(len(a.users) != 1 for a in old):
+            return None
+        return name
 
     # ---- writing ------------------------------------------------------------------------
     def materialize(self, name: str, c: Const, frozen: bool) -> Val:
@@ -216,9 +265,14 @@ class ExportImporter:
             return Val(f"stop_gradient({p.name})", p.type)
         return p
 
-    def write(self, node: TNode, names: list[str], expr: str) -> list[Val]:
+    def write(self, node: TNode, names: list[str], expr: str, keep=()) -> list[Val]:
+        """`names`: hints, or (positions in `keep`) state inputs rebound by the statement."""
         path = module_path(node.fx)
         note = f"{path}: {node.op}" if path else node.op
         if path and names == [node.name]:   # named by the module: `fc`, `layers_0_attn`
             names = [path]
-        return self.writer.assign([n.lstrip("_") or "v" for n in names], expr, note)
+        hints = [n if k in keep else n.lstrip("_") or "v" for k, n in enumerate(names)]
+        out = self.writer.assign(hints, expr, note, keep)
+        for k in keep:
+            self.bound[names[k]] = out[k]
+        return out

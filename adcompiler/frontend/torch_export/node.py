@@ -103,7 +103,8 @@ class TNode:
             if same:
                 self.imp.env[self.fx.name] = same[0]
                 return same[0]
-        v = self.imp.write(self, [self.name], expr)[0]
+        state = self.imp.keeps_state(self, self.fx)
+        v = self.imp.write(self, [state or self.name], expr, keep={0} if state else ())[0]
         self.imp.env[self.fx.name] = v
         return v
 
@@ -114,6 +115,32 @@ class TNode:
         for k, e in enumerate(exprs):
             hint = self.name if single else f"{self.name}_{k}"
             items.append(None if e is None else self.imp.write(self, [hint], e)[0])
+        self.imp.env[self.fx.name] = Multi(items)
+
+    def result(self, k: int):
+        """The fx node reading result `k` (``getitem(node, k)``), or None."""
+        for u in self.fx.users:
+            if u.args[1:2] == (k,):
+                return u
+        return None
+
+    def emit_together(self, exprs: list, call: str) -> None:
+        """Several results of one TDSL call, ``a, b, c = call``, each name in `exprs` order
+        (None: a result the importer does not compute); a result that updates a state is
+        written under the state's name."""
+        hints, keep, slots = [], set(), []
+        for k, e in enumerate(exprs):
+            if e is None:
+                continue
+            state = self.imp.keeps_state(self, self.result(k))
+            if state:
+                keep.add(len(hints))
+            hints.append(state or self.imp.result_hint(self, k))
+            slots.append(k)
+        vals = self.imp.write(self, hints, call, keep)
+        items = [None] * len(exprs)
+        for k, v in zip(slots, vals):
+            items[k] = v
         self.imp.env[self.fx.name] = Multi(items)
 
     def alias(self, val) -> None:

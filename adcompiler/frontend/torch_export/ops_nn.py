@@ -80,17 +80,65 @@ def batch_norm_eval(n):
     n.emit_multi([expr, None, None])
 
 
-@lowers("aten._native_batch_norm_legit_functional.default",
-        "aten._native_batch_norm_legit.default", "aten.native_batch_norm.default")
+@lowers("aten._native_batch_norm_legit_functional.default")
 def batch_norm_train(n):
-    n.refuse("batch norm in training mode updates running statistics, which needs state "
-             "inputs (not supported yet); export the module in eval mode (module.eval())")
+    """Training mode: the batch's statistics normalize and the running ones, state inputs,
+    move towards them (``batchnorm_running``); results 1 and 2 (the batch's mean and
+    inverse deviation, which only torch's own backward reads) are not computed."""
+    x = n.x(0)
+    if not n.arg(5):
+        n.refuse("training=False with running statistics that the program updates")
+    m, v = n.x(3), n.x(4)
+    for i, s in ((3, m), (4, v)):
+        if s.name not in n.imp.writer.state_names():
+            n.refuse(f"argument {i}: the running statistics must be the module's buffers")
+    momentum, eps = n.arg(6), n.arg(7)
+    if momentum is None:
+        n.refuse("momentum=None (a cumulative average) is not supported")
+    if x.rank < 2:
+        n.refuse("batch norm needs a channel axis (axis 1)")
+    c = x.shape[1]
+    w = n.x(1).name if n.has(1) else _fixed(n, "ones", c, x.dtype)
+    b = n.x(2).name if n.has(2) else _fixed(n, "zeros", c, x.dtype)
+    n._read.update({1, 2})
+    n.emit_together(["y", None, None, "mean", "var"],
+                    f"batchnorm_running({x.name}, {w}, {b}, {m.name}, {v.name}, "
+                    f"eps={number(eps, 'f64')}, momentum={number(momentum, 'f64')})")
+
+
+def _fixed(n, kind: str, c, dtype: str) -> str:
+    """The gain (ones) or bias (zeros) of a batch norm without them, as a constant."""
+    import numpy as np
+    from ..onnx.node import Const
+    if not isinstance(c, int):
+        n.refuse("batch norm without weight or bias needs a static channel count")
+    value = getattr(np, kind)(c, dtype={"f16": np.float16, "f32": np.float32}.get(dtype,
+                                                                                  np.float64))
+    return n.imp.materialize(f"{n.name}_{kind}", Const(value, f"{n.name}_{kind}", True),
+                             True).name
+
+
+@lowers("aten._native_batch_norm_legit.default", "aten.native_batch_norm.default")
+def batch_norm_inplace(n):
+    n.refuse("batch norm that updates its running statistics in place; export the module "
+             "with torch.export (which makes the update functional) or in eval mode")
 
 
 @lowers("aten.native_dropout.default", "aten.dropout.default")
 def dropout(n):
-    n.refuse("dropout in training mode is not supported yet; export the module in eval "
-             "mode (module.eval())")
+    """``dropout(x, p)``: in training its mask scales by 1 / (1 - p), in evaluation the
+    identity, as torch's module in train and eval mode; torch's mask itself (result 1)
+    is not available. Exported with train=False it is the identity."""
+    x = n.x(0)
+    p = float(n.arg(1))
+    train = n.arg(2)
+    if train is None or not train:
+        n.emit_multi([x.name, None]) if "native" in n.op else n.alias(x)
+        return
+    if not 0.0 <= p < 1.0:
+        n.refuse(f"dropout probability {p}: dropout takes p in [0, 1)")
+    expr = f"dropout({x.name}, {number(p, 'f64')})"
+    n.emit_multi([expr, None]) if "native" in n.op else n.emit(expr)
 
 
 def _pair(v, default):
