@@ -5,9 +5,16 @@
     python benchmarks/bench_gpu.py --cpu --size medium   # CPU figures worth comparing
 
 Models (benchmarks/models/*.tdsl, and the same models in peers.py): an MLP (batch 512,
-1024-4096-4096-1024), a transformer block (batch 16, sequence 512, width 768, 12 heads) and
-the 64-layer residual MLP (width 1024, batch 512), all float32; adc runs the last one under
-remat ``none`` and ``sqrt``. Peers, where installed: PyTorch eager, ``torch.compile`` and
+1024-4096-4096-1024), a transformer block (batch 16, sequence 512, width 768, 12 heads),
+the 64-layer residual MLP (width 1024, batch 512), a 12-block GPT (batch 16, sequence 512,
+width 768, 12 heads, 8192 classes) and a two-convolution CNN (batch 128 of 3x32x32), all
+float32; adc runs the residual MLP under remat ``none`` and ``sqrt``. The default
+``--models`` are the first three.
+
+Convolutions: adc runs them as im2col and one cuBLAS GEMM (``adc_runtime.kernels.conv``
+on CuPy arrays); CuPy 14 removed its cuDNN bindings, so there is no cuDNN path to take.
+PyTorch runs the CNN twice, with cuDNN and without (its own im2col and GEMM), so that the
+table measures both schemes. Peers, where installed: PyTorch eager, ``torch.compile`` and
 ``jax.jit`` (of the loss and of ``jax.grad``). TF32 is off everywhere
 (NVIDIA_TF32_OVERRIDE=0, CUPY_TF32=0, torch's allow_tf32 flags, JAX highest precision).
 
@@ -54,21 +61,27 @@ FULL = {
     "transformer_block": dict(B=16, T=512, D=768, H=12, K=64, F=3072),
     "deep_mlp": dict(B=512, D=1024, L=64),
     "gpt": dict(L=12, B=16, T=512, D=768, H=12, K=64, F=3072, V=8192),
+    "cnn": dict(B=128),
 }
 MEDIUM = {  # a CPU step of tens of milliseconds: kernels, not Python, dominate
     "mlp": dict(B=128, D0=256, D1=1024, D2=1024, D3=256),
     "transformer_block": dict(B=2, T=128, D=256, H=4, K=64, F=1024),
     "deep_mlp": dict(B=128, D=256, L=64),
     "gpt": dict(L=4, B=2, T=128, D=256, H=4, K=64, F=1024, V=1024),
+    "cnn": dict(B=16),
 }
 SMALL = {
     "mlp": dict(B=8, D0=16, D1=32, D2=32, D3=16),
     "transformer_block": dict(B=2, T=8, D=16, H=2, K=8, F=32),
     "deep_mlp": dict(B=4, D=8, L=16),
     "gpt": dict(L=2, B=2, T=8, D=16, H=2, K=8, F=32, V=24),
+    "cnn": dict(B=2),
 }
 SIZES = {"full": FULL, "medium": MEDIUM, "small": SMALL}
 REMAT = {"deep_mlp": ("none", "sqrt")}
+# models with convolutions: PyTorch also runs them without cuDNN (its im2col and GEMM, the
+# scheme adc's kernels use; CuPy 14 has no cuDNN bindings, so adc has no cuDNN path)
+CONVOLUTIONS = ("cnn",)
 
 
 @dataclass
@@ -285,16 +298,22 @@ def standin_launches(model: str, sizes: dict) -> dict:
 
 # ---- peers ---------------------------------------------------------------------------
 
-def run_torch(model: str, sizes: dict, compiled: bool, clock_for, gpu: bool) -> Row:
+def run_torch(model: str, sizes: dict, compiled: bool, clock_for, gpu: bool,
+              use_cudnn: bool = True) -> Row:
+    """PyTorch eager or compiled; without `use_cudnn`, convolutions run PyTorch's own
+    im2col and GEMM kernels instead of cuDNN's."""
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
     # cuDNN's flags through their context manager: a process that imported PyTorch's test
     # utilities (the OpInfo suite) has frozen their global setters
     cudnn = torch.backends.cudnn
-    with cudnn.flags(enabled=cudnn.enabled, benchmark=cudnn.benchmark,
+    with cudnn.flags(enabled=cudnn.enabled and use_cudnn, benchmark=cudnn.benchmark,
                      deterministic=cudnn.deterministic, allow_tf32=False):
-        return _torch_row(torch, model, sizes, compiled, clock_for, gpu)
+        row = _torch_row(torch, model, sizes, compiled, clock_for, gpu)
+    if not use_cudnn:
+        row.runner += " (no cuDNN)"
+    return row
 
 
 def _torch_row(torch, model: str, sizes: dict, compiled: bool, clock_for, gpu: bool) -> Row:
@@ -493,6 +512,8 @@ def main(argv=None) -> int:
                 rows.append(run_torch(model, sizes, False, clock_for, gpu))
             if "torch.compile" in runners and gpu:  # on the CPU it needs a C++ toolchain
                 rows.append(run_torch(model, sizes, True, clock_for, gpu))
+            if "torch" in runners and gpu and model in CONVOLUTIONS:
+                rows.append(run_torch(model, sizes, False, clock_for, gpu, use_cudnn=False))
         if installed("jax") and "jax" in runners:
             rows.append(run_jax(model, sizes, clock_for, gpu))
         print(f"done: {model}", file=sys.stderr)

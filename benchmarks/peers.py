@@ -46,8 +46,16 @@ def gpt(o, x, y, Wq, Wk, Wv, Wo, g1, be1, W1, c1, W2, c2, g2, be2, gf, bf, Wout)
     return o.cross_entropy(o.layernorm(h, gf, bf) @ Wout, y)
 
 
+def cnn(o, x, w1, b1, w2, b2, Wf, bf):
+    h = o.relu(o.conv3x3(x, w1) + b1[:, None, None])
+    h = o.max_pool2(h)
+    h = o.relu(o.conv3x3(h, w2) + b2[:, None, None])
+    y = o.spatial_mean(h) @ Wf + bf
+    return o.mean(y * y)
+
+
 MODELS = {"mlp": mlp, "transformer_block": transformer_block, "deep_mlp": deep_mlp,
-          "gpt": gpt}
+          "gpt": gpt, "cnn": cnn}
 
 
 def torch_ops():
@@ -61,6 +69,8 @@ def torch_ops():
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
 
     return SimpleNamespace(
+        conv3x3=lambda x, w: F.conv2d(x, w, padding=1), max_pool2=lambda x: F.max_pool2d(x, 2),
+        spatial_mean=lambda x: x.mean(dim=(2, 3)),
         fold_layers=fold_layers, cross_entropy=cross_entropy,
         causal_attention=lambda q, k, v: F.scaled_dot_product_attention(q, k, v,
                                                                         is_causal=True),
@@ -92,7 +102,16 @@ def jax_ops():
         logp = jax.nn.log_softmax(logits, axis=-1)
         return -jnp.mean(jnp.take_along_axis(logp, y[..., None], axis=-1))
 
+    def conv3x3(x, w):
+        return jax.lax.conv_general_dilated(x, w, (1, 1), ((1, 1), (1, 1)),
+                                            precision=jax.lax.Precision.HIGHEST)
+
+    def max_pool2(x):
+        return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, 1, 2, 2), (1, 1, 2, 2),
+                                     "VALID")
+
     return SimpleNamespace(
+        conv3x3=conv3x3, max_pool2=max_pool2, spatial_mean=lambda x: jnp.mean(x, axis=(2, 3)),
         fold_layers=fold_layers, causal_attention=causal_attention,
         cross_entropy=cross_entropy,
         relu=jax.nn.relu, tanh=jnp.tanh, mean=jnp.mean, einsum=jnp.einsum,

@@ -1,6 +1,6 @@
-"""The GPU benchmark's GPT (benchmarks/models/gpt.tdsl) and the memory-budget sweep
-(benchmarks/memory_budget_sweep.py) at small sizes on the CPU: adc's gradients of the GPT
-agree with PyTorch's (where installed), and the sweep runs every budget from the least
+"""The GPU benchmark's GPT and CNN (benchmarks/models/gpt.tdsl, cnn.tdsl) and the
+memory-budget sweep (benchmarks/memory_budget_sweep.py) at small sizes on the CPU: adc's
+gradients of both models agree with PyTorch's (where installed), and the sweep runs every budget from the least
 peak to no remat, its measured peaks monotone and equal to the predicted ones (the NumPy
 executor's accounting is what the prediction models)."""
 from __future__ import annotations
@@ -23,14 +23,15 @@ def _load(name, monkeypatch):
     return mod
 
 
-def test_gpt_gradients_agree_with_pytorch(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("model", ["gpt", "cnn"])
+def test_gradients_agree_with_pytorch(tmp_path, capsys, monkeypatch, model):
     bench = _load("bench_gpu", monkeypatch)
-    out = tmp_path / "gpt.md"
+    out = tmp_path / f"{model}.md"
     runners = "adc,torch" if importlib.util.find_spec("torch") else "adc"
-    assert bench.main(["--cpu", "--models", "gpt", "--runners", runners, "--steps", "1",
+    assert bench.main(["--cpu", "--models", model, "--runners", runners, "--steps", "1",
                        "--repeats", "1", "--warmup", "1", "--out", str(out)]) == 0
     rows = {r.split(" | ")[1]: r.split(" | ") for r in out.read_text().splitlines()
-            if r.startswith("| gpt")}
+            if r.startswith(f"| {model}")}
     assert float(rows["adc"][3]) > 0
     if "torch eager" in rows:
         assert float(rows["torch eager"][9]) < 1e-5      # ||g - g_adc|| / ||g_adc||
