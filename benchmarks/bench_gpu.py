@@ -100,9 +100,23 @@ class Row:
 
 # ---- inputs --------------------------------------------------------------------------
 
-def load(model: str, sizes: dict, mode: str):
+def load(model: str, sizes: dict, mode: str, dtype: str = "f32"):
     from adcompiler.cli.compile import compile_program
-    return compile_program(str(HERE / "models" / f"{model}.tdsl"), mode, bind=sizes)
+    return compile_program(str(HERE / "models" / f"{model}.tdsl"), mode, bind=sizes,
+                           dtype=None if dtype == "f32" else dtype)
+
+
+# --dtype: the floating type every runner computes in (adc's programs are rewritten to it)
+NUMPY_DTYPES = {"f32": np.float32, "f16": np.float16}
+BF16_REFUSED = ("not run: bf16 is no IR dtype of adc; its bf16 training emulates it on "
+                "the CPU by rounding f32 results (--precision bf16), which the GPU path "
+                "does not do")
+
+
+def cast_inputs(inputs: dict, dtype: str) -> dict:
+    """The float inputs in `dtype` (f32, f16); labels as they are."""
+    want = NUMPY_DTYPES[dtype]
+    return {k: v.astype(want) if v.dtype.kind == "f" else v for k, v in inputs.items()}
 
 
 def make_inputs(fn, sizes: dict, seed: int = 0) -> dict[str, np.ndarray]:
@@ -174,12 +188,15 @@ class Clock:
 # ---- adc -----------------------------------------------------------------------------
 
 def run_adc(model: str, sizes: dict, remat: str, clock_for, gpu: bool,
-            executor: str = "step", graphs: bool = False) -> Row:
+            executor: str = "step", graphs: bool = False, dtype: str = "f32") -> Row:
     from adcompiler.cli.remat import apply_remat
     from adcompiler.emit.cuda import ensure_fused, kernel_specs
     from adc_runtime.executor import Executor
+    label = "adc" + (f" remat={remat}" if model in REMAT else "")
+    if dtype == "bf16":
+        return Row(model, label, note=BF16_REFUSED)
     t0 = time.perf_counter()
-    fwd, grad = load(model, sizes, "forward"), load(model, sizes, "reverse")
+    fwd, grad = load(model, sizes, "forward", dtype), load(model, sizes, "reverse", dtype)
     if remat != "none":
         grad.module, _, _ = apply_remat(grad.module, grad.run_name, remat, sizes)
     programs = {}
@@ -188,8 +205,7 @@ def run_adc(model: str, sizes: dict, remat: str, clock_for, gpu: bool,
         module = ensure_fused(comp.module, rows=executor == "step") if gpu else comp.module
         programs[kind] = (module, comp.run_name)
     compile_s = time.perf_counter() - t0
-    inputs = make_inputs(fwd.primal, sizes)
-    label = "adc" + (f" remat={remat}" if model in REMAT else "")
+    inputs = cast_inputs(make_inputs(fwd.primal, sizes), dtype)
     if gpu:
         import cupy as cp
         from adc_runtime.cuda import CudaExecutor, peak_memory_hook
@@ -299,7 +315,7 @@ def standin_launches(model: str, sizes: dict) -> dict:
 # ---- peers ---------------------------------------------------------------------------
 
 def run_torch(model: str, sizes: dict, compiled: bool, clock_for, gpu: bool,
-              use_cudnn: bool = True) -> Row:
+              use_cudnn: bool = True, dtype: str = "f32") -> Row:
     """PyTorch eager or compiled; without `use_cudnn`, convolutions run PyTorch's own
     im2col and GEMM kernels instead of cuDNN's."""
     import torch
@@ -310,19 +326,23 @@ def run_torch(model: str, sizes: dict, compiled: bool, clock_for, gpu: bool,
     cudnn = torch.backends.cudnn
     with cudnn.flags(enabled=cudnn.enabled and use_cudnn, benchmark=cudnn.benchmark,
                      deterministic=cudnn.deterministic, allow_tf32=False):
-        row = _torch_row(torch, model, sizes, compiled, clock_for, gpu)
+        row = _torch_row(torch, model, sizes, compiled, clock_for, gpu, dtype)
     if not use_cudnn:
         row.runner += " (no cuDNN)"
     return row
 
 
-def _torch_row(torch, model: str, sizes: dict, compiled: bool, clock_for, gpu: bool) -> Row:
+def _torch_row(torch, model: str, sizes: dict, compiled: bool, clock_for, gpu: bool,
+               dtype: str) -> Row:
     dev = "cuda" if gpu else "cpu"
     fwd = load(model, sizes, "forward")
     params = set(fwd.primal.params) or {a.name for a in fwd.primal.args}
     names = [a.name for a in fwd.primal.args]
     inputs = make_inputs(fwd.primal, sizes)
-    ts = [torch.tensor(inputs[n], device=dev, requires_grad=n in params) for n in names]
+    low = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    ts = [torch.tensor(inputs[n], device=dev) for n in names]
+    ts = [(t.to(low) if t.is_floating_point() else t).requires_grad_(n in params)
+          for n, t in zip(names, ts)]
     wrt = [t for n, t in zip(names, ts) if n in params]
     ops = peers.torch_ops()
     loss = lambda *a: peers.MODELS[model](ops, *a)  # noqa: E731
@@ -346,7 +366,7 @@ def _torch_row(torch, model: str, sizes: dict, compiled: bool, clock_for, gpu: b
     if gpu:
         row.launches = cuda_kernels_per_step(grad_step)
     wrt_names = [n for n in names if n in params]
-    row.grads = {n: g.detach().cpu().numpy() for n, g in zip(wrt_names, grad_step())}
+    row.grads = {n: g.detach().float().cpu().numpy() for n, g in zip(wrt_names, grad_step())}
     if gpu:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -356,14 +376,16 @@ def _torch_row(torch, model: str, sizes: dict, compiled: bool, clock_for, gpu: b
     return row
 
 
-def run_jax(model: str, sizes: dict, clock_for, gpu: bool) -> Row:
+def run_jax(model: str, sizes: dict, clock_for, gpu: bool, dtype: str = "f32") -> Row:
     import jax
     import jax.numpy as jnp
     fwd = load(model, sizes, "forward")
     params = set(fwd.primal.params) or {a.name for a in fwd.primal.args}
     names = [a.name for a in fwd.primal.args]
     inputs = make_inputs(fwd.primal, sizes)
-    xs = [jnp.asarray(inputs[n]) for n in names]
+    low = {"f32": jnp.float32, "f16": jnp.float16, "bf16": jnp.bfloat16}[dtype]
+    xs = [jnp.asarray(inputs[n], dtype=low if inputs[n].dtype.kind == "f" else None)
+          for n in names]
     argnums = tuple(k for k, n in enumerate(names) if n in params)
     ops = peers.jax_ops()
     loss = lambda *a: peers.MODELS[model](ops, *a)  # noqa: E731
@@ -376,7 +398,7 @@ def run_jax(model: str, sizes: dict, clock_for, gpu: bool) -> Row:
     clock.warm(grad_step)
     row = Row(model, "jax.jit", compile_s=time.perf_counter() - t0)
     row.fwd_ms, row.grad_ms = clock.time(fwd_step), clock.time(grad_step)
-    row.grads = {names[k]: np.asarray(g) for k, g in zip(argnums, g(*xs))}
+    row.grads = {names[k]: np.asarray(g, dtype=np.float32) for k, g in zip(argnums, g(*xs))}
     if gpu:
         stats = jax.devices()[0].memory_stats() or {}
         row.peak_bytes = stats.get("peak_bytes_in_use")
@@ -452,7 +474,7 @@ def header(gpu: bool, args) -> str:
     for mod in ("cupy", "torch", "jax"):
         if installed(mod):
             versions.append(f"{mod} {__import__(mod).__version__}")
-    return (f"Benchmark of {datetime.date.today().isoformat()}, {where}; float32, TF32 off; "
+    return (f"Benchmark of {datetime.date.today().isoformat()}, {where}; {args.dtype}, TF32 off; "
             f"median of {args.repeats} x {args.steps} steps after {args.warmup} warm-up "
             f"steps; {', '.join(versions)}. adc's peak memory row is the gradient step.\n")
 
@@ -470,6 +492,9 @@ def main(argv=None) -> int:
     p.add_argument("--runners", default="adc,torch,torch.compile,jax",
                    help="which runners (those not installed are skipped)")
     p.add_argument("--out", default=str(HERE / "results.md"), help="Markdown file to write")
+    p.add_argument("--dtype", choices=("f32", "f16", "bf16"), default="f32",
+                   help="the floating type of every runner (adc runs no bf16: its row says "
+                        "why)")
     p.add_argument("--executor", choices=("step", "interp"), default="step",
                    help="adc on the GPU: generated step code (default) or the interpreter")
     p.add_argument("--graphs", action="store_true",
@@ -506,16 +531,17 @@ def main(argv=None) -> int:
         if "adc" in runners:
             for remat in REMAT.get(model, ("none",)):
                 rows.append(run_adc(model, sizes, remat, clock_for, gpu, args.executor,
-                                    args.graphs))
+                                    args.graphs, args.dtype))
         if installed("torch"):
             if "torch" in runners:
-                rows.append(run_torch(model, sizes, False, clock_for, gpu))
+                rows.append(run_torch(model, sizes, False, clock_for, gpu, dtype=args.dtype))
             if "torch.compile" in runners and gpu:  # on the CPU it needs a C++ toolchain
-                rows.append(run_torch(model, sizes, True, clock_for, gpu))
+                rows.append(run_torch(model, sizes, True, clock_for, gpu, dtype=args.dtype))
             if "torch" in runners and gpu and model in CONVOLUTIONS:
-                rows.append(run_torch(model, sizes, False, clock_for, gpu, use_cudnn=False))
+                rows.append(run_torch(model, sizes, False, clock_for, gpu, use_cudnn=False,
+                                      dtype=args.dtype))
         if installed("jax") and "jax" in runners:
-            rows.append(run_jax(model, sizes, clock_for, gpu))
+            rows.append(run_jax(model, sizes, clock_for, gpu, args.dtype))
         print(f"done: {model}", file=sys.stderr)
     text = header(gpu, args) + "\n" + table(rows) + "\n"
     print(text)

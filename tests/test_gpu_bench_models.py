@@ -69,3 +69,27 @@ def test_the_sweep_refuses_fractions_outside_0_and_1(monkeypatch):
     sweep = _load("memory_budget_sweep", monkeypatch)
     with pytest.raises(SystemExit):
         sweep.main(["--cpu", "--fractions", "0.5,1.5"])
+
+
+def test_half_precision_rows_and_bf16_refused_for_adc(tmp_path, monkeypatch):
+    """--dtype f16: every runner computes in float16 (adc's program rewritten to it), the
+    gradients within float16 rounding of each other; --dtype bf16: adc's row says why it
+    does not run, the peers run."""
+    bench = _load("bench_gpu", monkeypatch)
+    torch = importlib.util.find_spec("torch") is not None
+    runners = "adc,torch" if torch else "adc"
+    tables = {}
+    for dtype in ("f16", "bf16"):
+        out = tmp_path / f"{dtype}.md"
+        assert bench.main(["--cpu", "--models", "mlp", "--runners", runners, "--dtype", dtype,
+                           "--steps", "1", "--repeats", "1", "--warmup", "1",
+                           "--out", str(out)]) == 0
+        text = out.read_text()
+        assert f"; {dtype}, TF32 off" in text
+        tables[dtype] = {r.split(" | ")[1]: r.split(" | ") for r in text.splitlines()
+                         if r.startswith("| mlp")}
+    assert float(tables["f16"]["adc"][3]) > 0
+    assert "not run: bf16 is no IR dtype of adc" in tables["bf16"]["adc"][6]
+    if torch:
+        assert float(tables["f16"]["torch eager"][9]) < 5e-3
+        assert float(tables["bf16"]["torch eager"][3]) > 0
