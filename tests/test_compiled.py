@@ -120,6 +120,31 @@ def f(param x: f32[3]) -> (f32[3], f32[2, 2], f32) {
     assert np.array_equal(a2, np.ones(3)) and np.array_equal(b2, np.ones((2, 2)))
 
 
+def test_repeated_calls_check_what_changed():
+    """A call with the last call's dtypes, shapes and dims reuses its checks; another
+    dtype is converted, another shape bound again, a wrong one refused, other dims used."""
+    src = """
+def f(x: f32[N], y: f32[M]) -> f32 {
+    return sum(x) * 2.0 + sum(y)
+}
+"""
+    m = compile_source(src, "<test>")
+    run = Runner(m, "f", make_executor=lambda d: CompiledExecutor(m, np, d))
+    x, y = np.ones(3, np.float32), np.ones(2, np.float32)
+    assert run({"x": x, "y": y})[0][0] == 8
+    assert run({"x": x, "y": y})[0][0] == 8
+    assert run({"x": np.ones(3), "y": y})[0][0] == 8            # f64: converted
+    assert run({"x": np.ones(3), "y": y})[0][0] == 8
+    assert run({"x": [1.0, 2.0], "y": y})[0][0] == 8            # a list: converted
+    got = run({"x": np.ones(5, np.float32), "y": y})
+    assert got[0][0] == 12 and got[1]["dims"] == {"N": 5, "M": 2}
+    with pytest.raises(adc.AdcError):
+        run({"x": np.ones((5, 1), np.float32), "y": y})         # a rank the type refuses
+    with pytest.raises(adc.AdcError):
+        run({"x": x, "y": y}, {"N": 4})                         # dims the shapes contradict
+    assert run({"x": x, "y": y}, {"N": 3})[1]["dims"] == {"N": 3, "M": 2}
+
+
 def test_bad_values_are_located_as_the_interpreter_locates_them():
     src = """
 def f(x: f32[N]) -> f32 {
