@@ -22,7 +22,13 @@ def transformer(blocks):
     return remat_bench().transformer(blocks, t=8, d=8).replace("def stack(", "def f(")
 
 
-def test_each_option_keeps_and_recomputes_what_it_claims(tmp_path):
+@pytest.mark.parametrize("enum", [None, 0])
+def test_each_option_keeps_and_recomputes_what_it_claims(tmp_path, monkeypatch, enum):
+    # enum 0: every segment's options are the greedy ones of wide segments (two orders)
+    from adcompiler.remat import segment_milp, tapes
+    if enum is not None:
+        monkeypatch.setattr(tapes, "MAX_ENUM", enum)
+    monkeypatch.setattr(segment_milp, "_CACHE", {})
     m, inputs = compiled(tmp_path, transformer(2))
     ref, _ = measure(m, inputs)
     prob = build_problem(m, "f_grad", {})

@@ -17,7 +17,9 @@ its last use. What an option costs and holds, in the DP's terms:
   values alone (``ut``) from the segment's input; ``extra``: FLOPs of the clones.
 
 Up to `MAX_ENUM` droppable values, every subset is evaluated (an exact enumeration of this
-option model); beyond, the values are dropped greedily, cheapest FLOPs per byte first. The
+option model); beyond, the values are dropped greedily, cheapest FLOPs per byte first, in
+two orders: by the value's own op, and by what recomputing it with the rest of the tape
+kept costs (`_alone`). The
 options that no other beats on every one of these quantities are kept (at most
 `MAX_OPTIONS`, spread over ``abar``). Option 0 keeps the whole tape. Blocks repeat, so the
 options are computed once per structure (`signature`) and stored relative to the segment:
@@ -186,14 +188,36 @@ def segment_options(prob: Problem, ops: list[int], cut: Value | None, tape: set[
         subsets = (d for r in range(1, len(droppable) + 1)
                    for d in combinations(droppable, r))
     else:
-        by_ratio = sorted(droppable, key=lambda v: cost[prob.born[v]] / max(prob.nbytes[v], 1))
-        subsets = (tuple(by_ratio[:r]) for r in _prefixes(len(by_ratio)))
+        # two orders: by the value's own FLOPs, and with what its recomputation needs
+        inside = set(ops)
+        orders = [sorted(droppable, key=lambda v: cost[prob.born[v]] / max(prob.nbytes[v], 1)),
+                  sorted(droppable, key=lambda v: _alone(prob, v, tape, inside, cost)
+                         / max(prob.nbytes[v], 1))]
+        subsets = iter(dict.fromkeys(tuple(sorted(order[:r], key=lambda v: prob.born[v]))
+                                     for order in orders for r in _prefixes(len(order))))
     opts = [full]
     for d in subsets:
         o = _option(prob, ops, cut, tape, d, start, cost)
         if o is not None:
             opts.append(o)
     return pareto(opts)
+
+
+def _alone(prob: Problem, v: Value, tape: set[Value], inside: set[int],
+           cost: dict[int, float]) -> float:
+    """FLOPs of recomputing `v` alone, the rest of the tape kept: its op and the ops of the
+    segment between it and kept values (a batch norm's output is cheap from its kept
+    centred input, the centred input dear: the convolution before it is not kept)."""
+    seen: set[Value] = set()
+    stack, total = [v], 0.0
+    while stack:
+        w = stack.pop()
+        if w in seen:
+            continue
+        seen.add(w)
+        total += cost[prob.born[w]]
+        stack += [u for u in prob.operands(w) if prob.born[u] in inside and u not in tape]
+    return total
 
 
 def _prefixes(n: int) -> list[int]:
