@@ -32,18 +32,60 @@ def test_dry_run_prints_every_step_in_order(tmp_path):
             "--bench-args", "--steps 5 --repeats 3")
     assert r.returncode == 0, r.stderr
     steps = [line[2:] for line in r.stdout.splitlines() if line.startswith("+ ")]
+    py, stem = f"{venv}/bin/python", tmp_path / "gpu"
+    bench = f"{py} benchmarks/bench_gpu.py"
     assert steps == [
         "nvidia-smi -L",
         f"python3.11 -m venv {venv}",
-        f"{venv}/bin/python -m pip install -q --upgrade pip",
-        f"{venv}/bin/python -m pip install -q -e .[test,cuda]",
+        f"{py} -m pip install -q --upgrade pip",
+        f"{py} -m pip install -q -e .[test,cuda]",
         steps[4],
-        f"{venv}/bin/python -m pytest -m cuda -q -rs | tee {tmp_path / 'gpu-pytest.log'}",
-        f"{venv}/bin/python benchmarks/bench_gpu.py --out {out} --steps 5 --repeats 3",
-        f"{venv}/bin/python benchmarks/bench_gpu.py --graphs --runners adc --out "
-        f"{tmp_path / 'gpu-graphs.md'} --steps 5 --repeats 3"]
+        f"timeout 90 {py} -m pytest -m cuda -q -rs | tee {stem}-pytest.log",
+        f"timeout 150 {bench} --out {out} --steps 5 --repeats 3",
+        f"timeout 45 {bench} --graphs --runners adc --out {stem}-graphs.md --steps 5 --repeats 3",
+        f"timeout 105 {bench} --models gpt,cnn --out {stem}-models.md --steps 5 --repeats 3",
+        f"timeout 45 {bench} --dtype bf16 --models transformer_block,gpt --out {stem}-bf16.md "
+        "--steps 5 --repeats 3",
+        f"timeout 75 {py} benchmarks/memory_budget_sweep.py --out {stem}-memory-budget.md"]
     assert "getDeviceCount()" in steps[4]
     assert not venv.exists() and not out.exists()
+    # the measuring steps' limits add up to about eight minutes
+    assert sum(int(s.split()[1]) for s in steps if s.startswith("timeout ")) <= 9 * 60
+
+
+def _fakes(tmp_path, fail_on=""):
+    """A bin folder with an nvidia-smi that lists a GPU and a python that logs its
+    arguments (and fails when they contain `fail_on`)."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: a stand-in (UUID: x)'\n")
+    log = tmp_path / "calls.log"
+    (fake / "py").write_text(f"#!/bin/sh\necho \"$*\" >> {log}\n"
+                             + (f"case \"$*\" in *'{fail_on}'*) exit 3;; esac\n" if fail_on else "")
+                             + "exit 0\n")
+    for f in fake.iterdir():
+        f.chmod(0o755)
+    return fake, log
+
+
+def test_no_install_runs_every_step_with_the_given_python(tmp_path):
+    fake, log = _fakes(tmp_path)
+    out = tmp_path / "gpu.md"
+    r = run("--no-install", "--python", str(fake / "py"), "--out", str(out), path=fake)
+    assert r.returncode == 0, r.stderr
+    calls = log.read_text().splitlines()
+    assert [c.split()[0] for c in calls] == ["-c", "-m", *["benchmarks/bench_gpu.py"] * 4,
+                                             "benchmarks/memory_budget_sweep.py"]
+    assert "status 0" in r.stdout and not (tmp_path / "env").exists()
+
+
+def test_a_failing_step_is_reported_and_the_others_run(tmp_path):
+    fake, log = _fakes(tmp_path, fail_on="--dtype bf16")
+    r = run("--no-install", "--python", str(fake / "py"), "--out", str(tmp_path / "g.md"),
+            path=fake)
+    assert r.returncode == 1
+    assert "gpu_acceptance: the bf16 benchmark failed (exit 3)" in r.stderr
+    assert log.read_text().splitlines()[-1].startswith("benchmarks/memory_budget_sweep.py")
 
 
 def test_command_line_errors_exit_2():
