@@ -247,12 +247,20 @@ def adc_step(name: str, params: dict, batch: dict, lr: float, drop: bool = True)
     dims = dict(dims, B=len(next(iter(batch.values()))))
     module = adc.parse_tdsl(source(name, drop), f"{name}.tdsl")
     step = adc.train_step(module, adc.optim.adam(lr), fn=fn, dims=dims, fuse=True)
-    now = {"p": dict(params)}
+    path = ADC_PATHS.get(name, {})   # the peers' names -> the sample's parameter paths
+    now = {"p": {path.get(k, k): v for k, v in params.items()}}
     now["s"] = step.init(now["p"])
+    back = {v: k for k, v in path.items()}
 
     def one():
         now["p"], now["s"], _ = step(now["p"], now["s"], batch)
-    return one, lambda: dict(now["p"])
+    return one, lambda: {back.get(k, k): v for k, v in now["p"].items()}
+
+
+# digits_cnn's parameters in the sample (a group per layer) by the names the peers use
+ADC_PATHS = {"digits_cnn": {
+    **{f"{k}{i}": f"m.c{i}.{p}" for i in (1, 2, 3) for k, p in
+       (("w", "w"), ("g", "bn.g"), ("b", "bn.b"))}, "fc_w": "m.fc.W", "fc_b": "m.fc.b"}}
 
 
 STEPS = {"adc": adc_step, "torch eager": torch_step, "jax.jit": jax_step}

@@ -38,7 +38,7 @@ def test_digits_cnn_trains_and_evaluates_with_running_statistics(tmp_path):
                        steps=12, val=test, metrics=("accuracy",))
     losses = [r["loss"] for r in result.history]
     assert np.mean(losses[-3:]) < 0.7 * np.mean(losses[:3])
-    for k in ("mean1", "var1", "mean3", "var3"):          # the steps moved the state
+    for k in ("m.c1.bn.mean", "m.c1.bn.var", "m.c3.bn.mean", "m.c3.bn.var"):   # the steps
         assert k in result.state and not np.allclose(result.state[k], 1 if "var" in k else 0)
     assert int(result.state["step"]) == 12
 

@@ -201,7 +201,7 @@ def check_params(fn: Function, names: list[str], arrays: Mapping[str, np.ndarray
     param's declared type; with `partial`, params left out are not an error (the caller
     draws them)."""
     from ..files.paths import flat_paths, join
-    arrays = join(fn, flat_paths(arrays), path, names)
+    arrays = join(fn, flat_paths(arrays), path, list(names) + list(fn.attrs.get("state", ())))
     for k in arrays:
         if k not in names and k not in fn.attrs.get("state", ()):
             raise AdcError(f"{path}: unknown array '{k}'; the params of '{fn.name}' are "

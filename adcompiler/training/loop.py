@@ -26,7 +26,7 @@ import numpy as np
 from . import checkpoint as ckpt
 from ..diagnostics import AdcError
 from .distributed import shard
-from ..files.paths import is_nested, nest, split, split_names, stacks_of
+from ..files.paths import flat_paths, is_nested, nest, split, split_names, stacks_of
 from .data import (DimBinder, bind_batch, check_data, check_loss, check_params,
                          draw_params, epoch_batches, param_names, rows_of, take_rows)
 
@@ -139,8 +139,8 @@ def train(program, data: Mapping[str, np.ndarray], optimizer, *, fn: str | None 
             raise AdcError(f"{val_name} has no rows: there is nothing to validate on")
     nested = params is not None and is_nested(params)
     model_state = list(f.attrs.get("state", ()))   # running statistics and the like
-    given_state = {k: np.asarray(params[k]) for k in model_state
-                   if params is not None and not nested and k in params}
+    flat = {} if params is None else flat_paths(params)   # state may come with the params
+    given_state = {k: np.asarray(flat[k]) for k in model_state if k in flat}
     given = {} if params is None else check_params(f, names, params, init_name, binder,
                                                    partial=True)
     drawn = [n for n in names if n not in given]

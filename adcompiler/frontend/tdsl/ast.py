@@ -215,11 +215,14 @@ class RuleDef:
 
 @dataclass(eq=False)
 class Field:
-    """``name: TYPE`` in a group; TYPE is a tensor type or a group (``Block[L]``)."""
+    """``name: TYPE`` in a group; TYPE is a tensor type or a group (``Block[L]``).
+    ``state name: TYPE = INIT`` is a state field (a running statistic)."""
 
     name: str
     type: TypeExpr
     span: Span
+    is_state: bool = False
+    init: float = 0.0
 
 
 @dataclass(eq=False)

@@ -168,7 +168,15 @@ class AstBuilder(Transformer):
         return ast.GroupDef(name.value, fields, span(kw), span(name), span(close), params)
 
     def field(self, c):
-        return ast.Field(c[0].value, c[-1], span(c[0]).to(span(c[-1])))
+        is_state = isinstance(c[0], Token) and c[0].type == "STATE"
+        name = c[1] if is_state else c[0]
+        typ = next(x for x in c if isinstance(x, ast.TypeExpr))
+        init = 0.0
+        if isinstance(c[-1], Token) and c[-1].type == "NUMBER":   # state v: T = [-]NUMBER
+            init = number_value(c[-1].value, span(c[-1]))
+            if isinstance(c[-2], Token) and c[-2].type == "MINUS":
+                init = -init
+        return ast.Field(name.value, typ, span(c[0]).to(span(c[-1])), is_state, init)
 
     def names(self, c):
         return [ast.Target(t.value, span(t)) for t in c]
@@ -178,8 +186,12 @@ class AstBuilder(Transformer):
 
     # ---- statements ------------------------------------------------------------------
     def assign(self, c):
-        targets = [ast.Target(t.value, span(t)) for t in c[:-1]]
-        return ast.Assign(targets, c[-1], span(c[0]).to(span(c[-1])))
+        targets = c[:-1]
+        return ast.Assign(targets, c[-1], targets[0].span.to(span(c[-1])))
+
+    def lhs(self, c):
+        names = [t for t in c if t.type == "NAME"]
+        return ast.Target(".".join(t.value for t in names), span(names[0]).to(span(names[-1])))
 
     def for_stmt(self, c):
         kw, var, count, block = c

@@ -172,13 +172,17 @@ class _Parser:
         t = self.type()
         init, end = 0.0, t.span
         if is_state and self.kinds[self.i] == "=":   # the state's initial value
-            self.i += 1
-            sign = -1 if self.kinds[self.i] == "-" else 1
-            self.i += sign < 0
-            tok = self.expect("NUMBER")
-            init, end = sign * number_value(self.vals[tok], self.span(tok)), self.span(tok)
+            init, end = self.state_init()
         return ast.Param(self.vals[name], t, is_param, self.span(first).to(end), is_state,
                          init)
+
+    def state_init(self) -> tuple:
+        """``= [-]NUMBER`` after a state's type: its value and the number's span."""
+        self.i += 1
+        sign = -1 if self.kinds[self.i] == "-" else 1
+        self.i += sign < 0
+        tok = self.expect("NUMBER")
+        return sign * number_value(self.vals[tok], self.span(tok)), self.span(tok)
 
     def type(self) -> ast.TypeExpr:
         name = self.expect("NAME")
@@ -254,12 +258,29 @@ class _Parser:
                 self.i += 1
                 return ast.GroupDef(self.vals[name], fields, self.span(kw), self.span(name),
                                     close, params)
-            first = self.expect("NAME")
+            first = self.i
+            is_state = self.kinds[first] == "STATE"
+            self.i += is_state
+            fname = self.expect("NAME")
             self.expect(":")
             t = self.type()
-            fields.append(ast.Field(self.vals[first], t, self.span(first).to(t.span)))
+            init, end = 0.0, t.span
+            if is_state and self.kinds[self.i] == "=":   # the state's initial value
+                init, end = self.state_init()
+            fields.append(ast.Field(self.vals[fname], t, self.span(first).to(end), is_state,
+                                    init))
             if self.kinds[self.i] not in seps and self.kinds[self.i] != "}":
                 raise Unsupported
+
+    def lhs(self) -> ast.Target:
+        """An assigned name, or a group's field (``bn.mean``: its path as the name)."""
+        first = self.expect("NAME")
+        names, last = [self.vals[first]], first
+        while self.kinds[self.i] == ".":
+            self.i += 1
+            last = self.expect("NAME")
+            names.append(self.vals[last])
+        return ast.Target(".".join(names), self.span(first).to(self.span(last)))
 
     def target(self) -> ast.Target:
         i = self.expect("NAME")
@@ -283,10 +304,10 @@ class _Parser:
     def stmt(self):
         k = self.kinds[self.i]
         if k == "NAME":
-            targets = [self.target()]
+            targets = [self.lhs()]
             while self.kinds[self.i] == ",":
                 self.i += 1
-                targets.append(self.target())
+                targets.append(self.lhs())
             self.expect("=")
             value = self.expr()
             return ast.Assign(targets, value, targets[0].span.to(value.span))

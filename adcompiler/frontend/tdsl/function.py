@@ -15,6 +15,7 @@ from ...ir.types import TensorType
 from . import ast
 from .calls import CallLowering
 from .groups import GroupLowering, GroupValue, input_value
+from .group_state import GroupState
 from .exprs import MAX_DEPTH, ExprLowering
 from .randomness import Keys
 from .state import declared_results, state_results
@@ -63,7 +64,7 @@ def assigned_names(stmts) -> list[str]:
     return out
 
 
-class FunctionLowerer(ExprLowering, CallLowering, GroupLowering):
+class FunctionLowerer(ExprLowering, CallLowering, GroupLowering, GroupState):
     """Lowers the body of `fn` (whose arguments already exist) into `fn.body`.
 
     `what` names the function in messages ("function 'f'", "grad rule for 'f'").
@@ -161,12 +162,23 @@ class FunctionLowerer(ExprLowering, CallLowering, GroupLowering):
             self.bind(t, x)
 
     def bind(self, t: ast.Target, v) -> None:
+        if "." in t.name:   # a group's state field
+            self.bind_field(t, v)
+            return
         old = self.scope.lookup(t.name)
         if old is not None and old.is_index:
             raise self.error(f"cannot rebind the loop index '{t.name}'", t.span)
         if isinstance(v, Value) and v.name is None:
             v.name = t.name
         self.scope.vars[t.name] = Binding(v, t.span)
+
+    def state_targets(self, e, fn) -> list:
+        """What a call of `fn` rebinds to its new state (`CallLowering.state_targets`; for
+        a function with group inputs, `GroupState.group_state_targets`)."""
+        decls = self.group_decls.get(fn.name)
+        if decls is None or not fn.attrs.get("state"):
+            return super().state_targets(e, fn)
+        return self.group_state_targets(e, fn, decls)
 
     # ---- loops -----------------------------------------------------------------------
     def loop(self, st: ast.For) -> None:

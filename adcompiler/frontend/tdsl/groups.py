@@ -37,6 +37,7 @@ class GroupType:
     params: tuple = ()
     args: tuple = ()
     roles: dict = field(default_factory=dict)   # field -> declared role (``@gain``)
+    state: dict = field(default_factory=dict)   # state field -> its initial value
 
     @property
     def label(self) -> str:
@@ -48,7 +49,7 @@ class GroupType:
         if not m:
             return self
         return GroupType(self.name, {k: _substitute(t, m) for k, t in self.fields.items()},
-                         self.span, self.params, tuple(args), self.roles)
+                         self.span, self.params, tuple(args), self.roles, self.state)
 
     def leaves(self, prefix: str = "", stack: tuple = ()) -> list[tuple[str, TensorType]]:
         """``(path, type)`` of every tensor field, nested groups flattened in field order,
@@ -62,15 +63,24 @@ class GroupType:
                 out += t.group.leaves(path + ".", tuple(stack) + t.dims)
         return out
 
-    def leaf_roles(self, prefix: str = "") -> dict:
+    def leaf_roles(self) -> dict:
         """``{path: role}`` of the tensor fields declared with a role, nested ones too."""
+        return self._by_leaf("roles", "")
+
+    def leaf_state(self) -> dict:
+        """``{path: initial value}`` of the state fields, nested ones too."""
+        return self._by_leaf("state", "")
+
+    def _by_leaf(self, attr: str, prefix: str) -> dict:
+        """What the dict `attr` (``roles`` or ``state``) says of each tensor field, by path
+        through nested groups."""
         out = {}
         for name, t in self.fields.items():
             if isinstance(t, TensorType):
-                if name in self.roles:
-                    out[prefix + name] = self.roles[name]
+                if name in getattr(self, attr):
+                    out[prefix + name] = getattr(self, attr)[name]
             else:
-                out.update(t.group.leaf_roles(f"{prefix}{name}."))
+                out.update(t.group._by_leaf(attr, f"{prefix}{name}."))
         return out
 
     def stacks(self, prefix: str) -> dict:
@@ -105,7 +115,7 @@ def _substitute(t, m: dict):
     inner = t.group
     args = sub(inner.args) if inner.args else ()
     g = GroupType(inner.name, {k: _substitute(f, m) for k, f in inner.fields.items()},
-                  inner.span, inner.params, args, inner.roles)
+                  inner.span, inner.params, args, inner.roles, inner.state)
     return GroupRef(g, sub(t.dims))
 
 
@@ -119,6 +129,7 @@ class Decl:
     span: ast.Span
     is_param: bool
     roles: dict = field(default_factory=dict)   # IR input name -> declared role
+    state: dict = field(default_factory=dict)   # IR input name -> initial value
 
     def flat_names(self) -> list[str]:
         return [f"{self.name}.{p}" if p else self.name for p, _ in self.leaves]
@@ -179,6 +190,13 @@ def resolve_groups(defs, error) -> dict[str, GroupType]:
             if isinstance(g.fields[f.name], GroupRef):
                 no_role(f.type, f"'{f.name}' is a group: declare roles on its tensor fields",
                         error)
+            if f.is_state:
+                if not isinstance(g.fields[f.name], TensorType):
+                    raise error(f"state field '{f.name}' must be a tensor, not a group",
+                                f.span)
+                no_role(f.type, f"'{f.name}' is a state field: a role says how a parameter "
+                        "starts", error)
+                g.state[f.name] = f.init
             role = declared_role(f.type, error)
             if role is not None:
                 g.roles[f.name] = role
@@ -200,6 +218,10 @@ def field_type(t: ast.TypeExpr, groups: dict, error):
             want = f"{len(g.params)} ({', '.join(g.params)})" if g.params else "none"
             raise error(f"group {t.dtype} takes {want} dims in parentheses, got "
                         f"{len(t.args)}", t.span)
+        if t.shape and g.leaf_state():
+            raise error(f"a stack of {t.dtype} cannot be declared: it has state fields "
+                        f"({', '.join(g.leaf_state())}), which a loop over the layers could "
+                        "not update", t.span)
         return GroupRef(g.instance(tuple(t.args)), tuple(t.shape))
     if t.args:
         raise error(f"'{t.dtype}' is not a group: only groups take dims in parentheses",
@@ -220,7 +242,8 @@ def declare(p: ast.Param, groups: dict, tensor_type, error) -> Decl:
         no_role(p.type, f"'{p.name}' is a group: declare roles on its tensor fields", error)
         roles = {f"{p.name}.{k}": r for k, r in t.group.leaf_roles().items()} \
             if p.is_param else {}
-        return Decl(p.name, t, t.group.leaves("", t.dims), p.span, p.is_param, roles)
+        state = {f"{p.name}.{k}": v for k, v in t.group.leaf_state().items()}
+        return Decl(p.name, t, t.group.leaves("", t.dims), p.span, p.is_param, roles, state)
     if not p.is_param:
         no_role(p.type, f"'{p.name}' is not a param: a role says how a parameter starts "
                 f"(declare it 'param {p.name}: ...')", error)
@@ -385,3 +408,4 @@ def _text(e) -> str:
             and not isinstance(e.subscripts[0], ast.Slice):
         return f"{_text(e.value)}[{_text(e.subscripts[0])}]"
     return "the expression"
+

@@ -93,7 +93,7 @@ class ModuleLowerer:
                 roles = {k: r for dc in self.decls[d.name] for k, r in dc.roles.items()}
                 if roles:
                     fn.attrs["roles"] = roles
-                declare_state(d, fn, tree.defs, self.error)
+                declare_state(d, fn, tree.defs, self.error, self.decls[d.name])
                 functions[d.name] = fn
                 spans = self.spans(d)
                 what = f"function '{d.name}'"
@@ -165,6 +165,11 @@ class ModuleLowerer:
         base = self.functions[name]
         fn = Function(spec_name, self.inputs(d, sigs[name][0]),
                       sigs[name][1], params=set(base.params), loc=base.loc)
+        declare_state(d, fn, [], self.error, self.decls[name])   # its state results too
+        for attr in ("stacked", "roles"):
+            if attr in base.attrs:
+                fn.attrs[attr] = {k: subst.get(v, v) if isinstance(v, str) and
+                                  attr == "stacked" else v for k, v in base.attrs[attr].items()}
         self.specs[key] = fn
         self.module.add(fn)
         self.spec_stack.append(name)
@@ -187,8 +192,10 @@ class ModuleLowerer:
         return [n for dc in self.decls[d.name] for n in dc.flat_names()]
 
     def param_names(self, d: ast.FuncDef) -> set[str]:
-        """The IR inputs marked param: those of ``param`` inputs, every leaf of a group."""
-        return {n for dc in self.decls[d.name] if dc.is_param for n in dc.flat_names()}
+        """The IR inputs marked param: those of ``param`` inputs, every leaf of a group but
+        its state fields."""
+        return {n for dc in self.decls[d.name] if dc.is_param for n in dc.flat_names()
+                if n not in dc.state}
 
     def spans(self, d: ast.FuncDef) -> list[ast.Span]:
         """The source span of each IR input of `d` (a group's leaves: the group input's)."""

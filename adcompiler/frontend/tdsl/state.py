@@ -14,23 +14,26 @@ from ...ir.core import Function
 from . import ast
 
 
-def declare_state(d: ast.FuncDef, fn: Function, defs, error) -> None:
-    """Give `fn` the results and attributes of the state inputs of `d`."""
+def declare_state(d: ast.FuncDef, fn: Function, defs, error, decls=()) -> None:
+    """Give `fn` the results and attributes of the state inputs of `d`: those declared
+    ``state`` and the state fields of its group inputs (`decls`, ``bn.mean``), in input
+    order."""
     names = [p for p in d.params if p.is_state]
-    if not names:
+    fields = {n: v for dc in decls for n, v in dc.state.items()}
+    if not names and not fields:
         return
     for r in defs:
         if isinstance(r, ast.RuleDef) and r.name == d.name:
             raise error(f"function '{d.name}' has state inputs and cannot have a {r.kind} "
                         f"rule", r.name_span)
-    types = []
     for p in names:
         if p.name not in fn.arg_names:
             raise error(f"state input '{p.name}' must be a tensor, not a group", p.span)
-        types.append(fn.arg(p.name).type)
-    fn.result_types = list(fn.result_types) + types
-    fn.attrs["state"] = tuple(p.name for p in names)
-    fn.attrs["state_init"] = {p.name: p.init for p in names}
+    init = {**{p.name: p.init for p in names}, **fields}
+    order = [n for n in fn.arg_names if n in init]
+    fn.result_types = list(fn.result_types) + [fn.arg(n).type for n in order]
+    fn.attrs["state"] = tuple(order)
+    fn.attrs["state_init"] = {n: init[n] for n in order}
 
 
 def declared_results(fn: Function) -> list:
@@ -46,6 +49,8 @@ def state_results(lowerer, span) -> list:
     for name in fn.attrs.get("state", ()):
         t = fn.arg(name).type
         binding = lowerer.scope.lookup(name)
+        if binding is None:   # a group's state field: its leaf in the group bound now
+            binding = lowerer.state_field(name)
         v = lowerer.to_type(binding.value, t)
         if v.type != t:
             raise lowerer.error(f"state '{name}' is {t}, but the function binds it to "
