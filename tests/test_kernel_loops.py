@@ -79,6 +79,25 @@ def test_col2im_loop_has_the_numpy_bits(monkeypatch, spatial, k, s, p, d, groups
     assert np.array_equal(plain, looped)
 
 
+@pytest.mark.parametrize("spatial,k,s,p,d,groups", CONVS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_im2col_loop_has_the_numpy_bits(monkeypatch, spatial, k, s, p, d, groups, dtype):
+    """The forward and the weight's adjoint read the same columns, padding included."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3, 4) + spatial).astype(dtype)
+    w = rng.standard_normal((8, 4 // groups) + k).astype(dtype)
+    opts = dict(stride=s, padding=p, dilation=d, groups=groups)
+    op = "conv2d" if len(spatial) == 2 else "conv1d"
+    plain, looped = both(monkeypatch, lambda: KERNELS[op](np, x, w, **opts))
+    assert looped.dtype == dtype and np.array_equal(plain, looped)
+    g = rng.standard_normal(plain.shape).astype(dtype)
+    plain, looped = both(monkeypatch,
+                         lambda: KERNELS["conv_weight_grad"](np, x, g, k, **opts))
+    assert looped.dtype == dtype and np.array_equal(plain, looped)
+    plain, looped = both(monkeypatch, lambda: KERNELS[op](np, x[0], w, **opts))  # one image
+    assert np.array_equal(plain, looped)
+
+
 def test_the_loops_follow_the_row_passes_gate(monkeypatch):
     monkeypatch.setenv("ADC_FUSE", "0")
     assert not loops.active()

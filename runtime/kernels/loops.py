@@ -1,10 +1,12 @@
-"""Compiled loops (numba) for the scatters of the convolution and pooling adjoints.
+"""Compiled loops (numba) for the window copies and scatters of convolution and pooling.
 
-col2im (adding each kernel tap's columns back into the input's place) and max pooling's
-adjoint (the first maximal element of each window gets the window's cotangent) are, in
-NumPy, one strided pass over the whole batch per kernel tap; these loops make the same
-additions in the same order (tap by tap, so the sums have the same bits) one image plane at
-a time, while the plane is in the cache.
+im2col (the windows of an input as the columns of a matrix), col2im (adding each kernel
+tap's columns back into the input's place) and max pooling's adjoint (the first maximal
+element of each window gets the window's cotangent) are, in NumPy, strided passes whose
+innermost runs are an image row (8 elements for an 8x8 image: the passes' overhead per
+run dominates) or one pass over the whole batch per kernel tap; these loops copy the same
+values, and make the same additions in the same order (tap by tap, so the sums have the
+same bits), one image plane at a time, while the plane is in the cache.
 
 They run under the gate of the row passes (`adc_runtime.row_passes`): with numba
 installed and ``ADC_FUSE`` not ``0``, once numba is loaded in the process (the compiled
@@ -28,6 +30,32 @@ def active() -> bool:
     if policy == "off" or (policy == "later" and "numba" not in sys.modules):
         return False
     return row_passes.enabled()
+
+
+def _im2col(x, cols, by_channel, ph, pw, sh, sw, dh, dw):
+    """``cols[n, c, i, j, h, w] = x[n, c, h*sh - ph + i*dh, w*sw - pw + j*dw]``, zero
+    where that lies outside x (the padding); `cols` laid out ``[c, i, j, n, h, w]`` when
+    `by_channel`. Written in the order of `cols`'s memory either way."""
+    batch, chans, height, width = x.shape
+    if by_channel:
+        kh, kw, ho, wo = cols.shape[1], cols.shape[2], cols.shape[4], cols.shape[5]
+    else:
+        kh, kw, ho, wo = cols.shape[2], cols.shape[3], cols.shape[4], cols.shape[5]
+    for a in range(chans if by_channel else batch):
+        for b in range(batch if by_channel else chans):
+            n, c = (b, a) if by_channel else (a, b)
+            for i in range(kh):
+                for j in range(kw):
+                    for h in range(ho):
+                        r = h * sh - ph + i * dh
+                        inside = 0 <= r < height
+                        for w in range(wo):
+                            q = w * sw - pw + j * dw
+                            v = x[n, c, r, q] if inside and 0 <= q < width else x.dtype.type(0)
+                            if by_channel:
+                                cols[c, i, j, n, h, w] = v
+                            else:
+                                cols[n, c, i, j, h, w] = v
 
 
 def _col2im(cols, out, sh, sw, dh, dw):
@@ -81,10 +109,11 @@ def _pool_grad(x, g, out, pick, kh, kw, sh, sw, dh, dw, ph, pw):
 
 
 def get(name: str):
-    """The compiled loop `name` (``col2im`` or ``pool_grad``), compiled on first use."""
+    """The compiled loop `name` (``im2col``, ``col2im`` or ``pool_grad``), compiled on
+    first use."""
     if not _jitted:
         import numba
-        for f in (_col2im, _pool_grad):
+        for f in (_im2col, _col2im, _pool_grad):
             _jitted[f.__name__[1:]] = numba.njit(cache=True, nogil=True,
                                                  error_model="numpy")(f)
     return _jitted[name]
