@@ -12,6 +12,7 @@ import pytest
 import test_remat_dag
 from test_remat_dag import compiled, measure, same
 
+from adcompiler.diagnostics import AdcError
 from adcompiler.memory import predict_peak
 from adcompiler.remat.chain import INF, Chain, build_chain
 from adcompiler.remat.chain_dp import Tables
@@ -215,6 +216,9 @@ def test_dp_sweep_holds_budgets_and_never_claims_a_proof_it_lacks(tmp_path, monk
             assert stats["straight_line"]["segments"] == 13
         assert last is None or stats["recompute_flops"] <= last
         last = stats["recompute_flops"]
+    # below min-memory's peak: the error names that peak, the DP's least, not a baseline's
+    with pytest.raises(AdcError, match=rf"smallest feasible peak found .* \({floor} bytes\)"):
+        schedule(m, f"budget:{floor - 1}")
 
 
 def test_dp_finds_the_milp_optimum_of_a_small_mlp(tmp_path):

@@ -193,6 +193,10 @@ def schedule_straight(module: Module, fn: str, budget: int | None, dims: Mapping
                 if applied[3] <= budget:
                     fitting = [(applied[3], _flops(prob, least.clones), "highs-milp", False,
                                 None, applied)]
+            if not fitting and chains:   # the DP's least peak, which min-memory reaches
+                least_dp = solve_chains(prob, module, dims, None, base, exact)[1]
+                if least_dp is not None and least_dp[1] < floor:
+                    floor, proven = least_dp[1], False
             if not fitting:
                 raise _infeasible(budget, floor, proven)
         best = min(fitting, key=lambda c: (c[1], c[0]))
