@@ -115,6 +115,40 @@ def test_train_mode_batch_norm_follows_pytorch_for_fifty_adam_steps():
     assert _rel(out, m(x).detach().numpy()) < 1e-10
 
 
+class _Norm1d(torch.nn.Module):
+    """BatchNorm1d without gain and bias, its own momentum and eps, on [N, C]."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(5, 4, bias=False)   # a bias before the norm: no gradient
+        self.bn = torch.nn.BatchNorm1d(4, affine=False, momentum=0.3, eps=1e-3)
+        self.register_buffer("w", torch.randn(6, 4))
+
+    def forward(self, x):
+        return (self.bn(self.lin(x)) * self.w).sum()
+
+
+def test_train_mode_batch_norm_without_affine_parameters():
+    torch.manual_seed(0)
+    m = _Norm1d().double().train()
+    x = torch.randn(6, 5, dtype=torch.float64)
+    imp = adc.from_torch(m, (x,))
+    assert "bn, bn_running_mean, bn_running_var = batchnorm_running(lin_3, " \
+        "stop_gradient(bn_ones), stop_gradient(bn_zeros), bn_running_mean, bn_running_var, " \
+        "eps=0.001, momentum=0.3)" in imp.source
+    (value, state), grads = adc.value_and_grad(imp.module, imp.fn, wrt=imp.trained,
+                                               has_aux=True)(
+        x=x.numpy(), **imp.params, **imp.state)
+    ref = m(x)
+    ref.backward()
+    assert abs(float(value) - ref.item()) <= 1e-12 * abs(ref.item())
+    got = imp.to_state_dict({**dict(zip(imp.trained, grads)), **dict(zip(imp.state, state))})
+    for k, p in m.named_parameters():
+        assert _rel(got[k], p.grad.numpy()) < 1e-10, k
+    for k in ("bn.running_mean", "bn.running_var", "bn.num_batches_tracked"):
+        assert _rel(got[k], m.state_dict()[k].numpy()) < 1e-13, k
+
+
 class _Drop(torch.nn.Module):
     def __init__(self, p):
         super().__init__()

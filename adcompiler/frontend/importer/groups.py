@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ...ir.types import TensorType
 from ..tdsl.groups import GroupRef, GroupType
-from .names import Names, sanitize, type_text
+from .names import Names, quote, sanitize, type_text
 
 
 def field_name(part: str) -> str:
@@ -31,7 +31,7 @@ class _Node:
 
     def field(self, part: str) -> str:
         if part not in self.by_part:
-            self.by_part[part] = self.names.take(field_name(part), "m")
+            self.by_part[part] = self.names.fresh(field_name(part))
         return self.by_part[part]
 
     def group_type(self) -> GroupType:
@@ -97,7 +97,7 @@ class ParamTree:
 
     def _type_name(self, path: tuple) -> str:
         text = "_".join(p[:1].upper() + p[1:] for p in path)
-        return self.type_names.take(text if not text[:1].isdigit() else "M" + text, "M")
+        return self.type_names.fresh(text if not text[:1].isdigit() else "M" + text)
 
     def group_type(self, first: str) -> GroupType:
         return self.tops[first][1].group_type()
@@ -113,7 +113,7 @@ class ParamTree:
         out = []
         for _, node in self.tops.values():
             for g in node.groups():
-                out.append(f"# {'.'.join(g.path)}")
+                out.append(f"# {quote('.'.join(g.path))}")
                 out.append(f"group {g.type_name} {{")
                 for k, v in g.fields.items():
                     text = v.type_name if isinstance(v, _Node) else type_text(v)

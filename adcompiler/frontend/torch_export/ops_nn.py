@@ -114,8 +114,8 @@ def _fixed(n, kind: str, c, dtype: str) -> str:
         n.refuse("batch norm without weight or bias needs a static channel count")
     value = getattr(np, kind)(c, dtype={"f16": np.float16, "f32": np.float32}.get(dtype,
                                                                                   np.float64))
-    return n.imp.materialize(f"{n.name}_{kind}", Const(value, f"{n.name}_{kind}", True),
-                             True).name
+    name = f"{n.imp.result_hint(n, 0)}_{kind}"
+    return n.imp.materialize(name, Const(value, name, True), True).name
 
 
 @lowers("aten._native_batch_norm_legit.default", "aten.native_batch_norm.default")
