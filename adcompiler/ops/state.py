@@ -13,14 +13,20 @@ The statistics results carry no derivative (their cotangents are ignored, their 
 are zero) and the running statistics get none: gradients never flow through a state
 update. The training derivative is `batchnorm`'s; the evaluation one is that of an affine
 map per channel.
+
+Batched (`adc.vmap`), each example is a run of its own, as ``jax.vmap`` maps a function
+whose state goes in and comes out: it normalizes with its own batch's statistics (or the
+running ones, in evaluation) and returns its own updated running statistics, so the
+statistics results are batched even where the running statistics given are shared.
 """
 from __future__ import annotations
 
 from ..diagnostics import ShapeError
 from ..ir.types import normalize_axis, num_elements
-from .batching import unsupported
-from .norm import _axis_of, _batchnorm, _batchnorm_jvp, _batchnorm_vjp, _vector_along, along, \
-    others
+from .batching import all_batched, rank
+from .create import dim_scalar
+from .norm import _axis_of, _batchnorm, _batchnorm_batch, _batchnorm_jvp, _batchnorm_vjp, \
+    _vector_along, along, others
 from .registry import Option, register
 from .rules import add_all, float_tangent
 from . import roles
@@ -94,6 +100,34 @@ def _jvp(b, op, tangents):
     return [total, None, None]
 
 
+def _batch(b, op, args, batched, n):
+    """Each example a run of its own (module docstring): every operand taken per example
+    (shared ones repeated), the statistics over the example's axes but its channel, the
+    running ones updated per example, as the kernel computes them."""
+    x, gamma, beta, mean, var = all_batched(b, args, batched, n)
+    r = rank(x, True)
+    axis = normalize_axis(op.attrs["axis"], r)
+    dt = x.type.dtype
+    if not op.attrs.get("training"):   # y = x * scale + shift, the statistics unchanged
+        scale = b.emit("div", gamma, b.emit("sqrt", b.emit("add", var, b.const(
+            float(op.attrs["eps"]), dt))))
+        shift = b.emit("sub", beta, b.emit("mul", mean, scale))
+        y = b.emit("add", b.emit("mul", x, along(b, scale, r + 1, axis, lead=1)),
+                   along(b, shift, r + 1, axis, lead=1))
+        return [y, mean, var]
+    y, = _batchnorm_batch(b, op, [x, gamma, beta], [True] * 3, n)
+    axes = [k + 1 for k in others(r, axis)]
+    batch_mean = b.emit("mean", x, axis=axes)
+    xc = b.emit("sub", x, along(b, batch_mean, r + 1, axis, lead=1))
+    count = num_elements([d for k, d in enumerate(x.type.shape[1:]) if k != axis])
+    less = b.emit("sub", dim_scalar(b, count, dt), b.const(1.0, dt))
+    unbiased = b.emit("div", b.emit("sum", b.emit("mul", xc, xc), axis=axes), less)
+    m = b.const(float(op.attrs["momentum"]), dt)
+    keep = b.emit("sub", b.const(1.0, dt), m)
+    return [y] + [b.emit("add", b.emit("mul", keep, running), b.emit("mul", m, stat))
+                  for running, stat in ((mean, batch_mean), (var, unbiased))]
+
+
 def _flops(op, elements):
     return 8 * elements(op.operands[0].type.shape)
 
@@ -103,8 +137,7 @@ register("batchnorm_running", _running,
          options=(Option("axis", "int", 1), Option("eps", "float", 1e-5),
                   Option("momentum", "float", 0.1), Option("training", "bool", False)),
          vjp=_vjp, jvp=_jvp, flops=_flops, fresh=True, param_role=roles.norm(gain=1, bias=2),
-         batch=lambda b, op, args, batched, n: unsupported(
-             op, "is not batched: its running statistics are one state for the whole batch"),
+         batch=_batch,
          doc="batch normalization with running statistics: (y, new running_mean, new "
              "running_var); training: the batch's statistics, the running ones updated with "
              "momentum (unbiased variance); evaluation: the running ones")
