@@ -108,12 +108,35 @@ def _pool_grad(x, g, out, pick, kh, kw, sh, sw, dh, dw, ph, pw):
                                 out[n, c, r, ow * sw - pw + j * dw] += g[n, c, oh, ow]
 
 
+def _pool_grad_2x2(x, g, out):
+    """`_pool_grad` for kernel and stride 2, no padding, dilation 1 (the common pooling):
+    windows apart and inside x, each picks among its four elements with constant bounds.
+    ``0 + g`` as the general form adds it (so a -0.0 cotangent lands as +0.0)."""
+    batch, chans = x.shape[0], x.shape[1]
+    ho, wo = g.shape[2], g.shape[3]
+    zero = x.dtype.type(0)
+    for n in range(batch):
+        for c in range(chans):
+            for oh in range(ho):
+                for ow in range(wo):
+                    r, q = 2 * oh, 2 * ow
+                    best, br, bq = x[n, c, r, q], r, q
+                    for i in range(2):
+                        for j in range(2):
+                            v = x[n, c, r + i, q + j]
+                            win = (v > best) | (v != v)
+                            best = v if win else best
+                            br = r + i if win else br
+                            bq = q + j if win else bq
+                    out[n, c, br, bq] = zero + g[n, c, oh, ow]
+
+
 def get(name: str):
-    """The compiled loop `name` (``im2col``, ``col2im`` or ``pool_grad``), compiled on
-    first use."""
+    """The compiled loop `name` (``im2col``, ``col2im``, ``pool_grad``,
+    ``pool_grad_2x2``), compiled on first use."""
     if not _jitted:
         import numba
-        for f in (_im2col, _col2im, _pool_grad):
+        for f in (_im2col, _col2im, _pool_grad, _pool_grad_2x2):
             _jitted[f.__name__[1:]] = numba.njit(cache=True, nogil=True,
                                                  error_model="numpy")(f)
     return _jitted[name]
