@@ -233,3 +233,15 @@ def test_train_step_takes_and_returns_nested_params():
     assert isinstance(new["layers"], list) and new["layers"][0]["W"].shape == (4, 4)
     assert float(metrics["grad_norm"]) > 0
     assert not np.array_equal(new["layers"][0]["W"], params["layers"][0]["W"])
+
+
+def test_run_rows_of_a_stack_go_layer_by_layer():
+    from adcompiler.files.paths import split_outputs
+    fn = compile_source(STACK)["loss"]
+    named = [("out", np.zeros(()))] + [
+        (f"grad_layers.{k}", np.arange(3 * 16.).reshape(3, 4, 4) if k == "W" else
+         np.arange(12.).reshape(3, 4)) for k in "Wcgb"] + [("state_x", np.zeros(2))]
+    rows = split_outputs(fn, named)
+    assert [k for k, _ in rows] == ["out"] + [f"grad_layers.{i}.{k}" for i in range(3)
+                                              for k in "Wcgb"] + ["state_x"]
+    assert rows[5][1][0, 0] == 16                   # layer 1 of W

@@ -226,18 +226,32 @@ def split_names(fn, names) -> list[str]:
 
 def split_outputs(fn, named: list) -> list:
     """``(key, array)`` outputs of a run of `fn`, each ``grad_<leaf>`` or ``hvp_<leaf>`` of
-    a stacked leaf split into one per layer (``grad_m.blocks.0.W``, ...)."""
+    a stacked leaf split into one per layer, layer by layer as a state dict lists them:
+    ``grad_m.blocks.0.W``, ``grad_m.blocks.0.c``, ..., then ``grad_m.blocks.1.W``."""
     stacks = stacks_of(fn)
     if not stacks:
         return named
-    out = []
-    for key, a in named:
+    out: list = []
+    groups: dict = {}   # (kind, stacked group) -> its rows: (layer, leaf, row in leaf, ...)
+    for seq, (key, a) in enumerate(named):
         kind, _, name = key.partition("_")
-        if kind in ("grad", "hvp") and _outer(name, stacks) is not None:
-            out += list(split(stacks, {name: a}, kind + "_").items())
+        p = _outer(name, stacks) if kind in ("grad", "hvp") else None
+        if p is None:
+            out.append((None, (key, a)))
+            continue
+        if (kind, p) not in groups:
+            groups[kind, p] = []
+            out.append(((kind, p), None))   # the group's rows go where its first leaf was
+        for j, (k, v) in enumerate(split(stacks, {name: a}, kind + "_").items()):
+            layer = int(k[len(kind) + len(p) + 2:].split(".", 1)[0])
+            groups[kind, p].append((layer, seq, j, k, v))
+    rows = []
+    for group, row in out:
+        if group is None:
+            rows.append(row)
         else:
-            out.append((key, a))
-    return out
+            rows += [(k, v) for *_, k, v in sorted(groups[group], key=lambda r: r[:3])]
+    return rows
 
 
 def nest(flat: Mapping[str, Any]) -> dict:
