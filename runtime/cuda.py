@@ -44,13 +44,16 @@ from typing import Any, Mapping
 from .errors import InternalError
 from .executor import Executor, Runner, RunError
 from .kernels import DTYPES, PLUGIN_OPS
-from . import cuda_rows
+from . import cuda_attention, cuda_rows
 
 _KERNELS: dict[tuple, Any] = {}
 # ops that launch nothing themselves: views, constants, and ops that run other ops
 NOT_LIBRARY = frozenset({"for", "repeat", "call", "fused", "const", "reshape", "expand_dims",
                          "squeeze", "transpose", "broadcast_to", "stop_gradient"})
 _HOOK_IDS = itertools.count()
+# ops with a kernel of their own here (`CudaExecutor.run_row`): the row kernels and the fused
+# attention kernel
+KERNEL_OPS = cuda_rows.ROW_OPS | {"attention"}
 
 
 def load_cupy():
@@ -166,7 +169,8 @@ def peak_memory_hook(cupy):
 class CudaExecutor(Executor):
     """The executor with generated kernels for fused ops (`specs`: fused op -> KernelSpec)
     and, with `rows`, the row kernels of `adc_runtime.cuda_rows` for softmax, log_softmax,
-    cross_entropy and layernorm along a contiguous last axis (f32, f64).
+    cross_entropy, layernorm and rmsnorm along a contiguous last axis and the fused kernel
+    of `adc_runtime.cuda_attention` for attention (f32, f64).
 
     A fused op without a spec runs op by op, like on NumPy."""
 
@@ -187,7 +191,7 @@ class CudaExecutor(Executor):
             if key not in self._consts:
                 self._consts[key] = super().run_op(op, env)[0]
             return [self._consts[key]]
-        if op.name in cuda_rows.ROW_OPS and self.rows:
+        if op.name in KERNEL_OPS and self.rows:
             r = self.run_row(op, [env[v] for v in op.operands])
             if r is not None:
                 return [r]
@@ -196,12 +200,17 @@ class CudaExecutor(Executor):
         return super().run_op(op, env)
 
     def run_row(self, op, args):
-        """`op` by its one-launch row kernel (`adc_runtime.cuda_rows`) into its planned
-        buffer, or None where the row kernels do not apply."""
+        """`op` by its one-launch kernel (`adc_runtime.cuda_rows`, `adc_runtime.cuda_attention`)
+        into its planned buffer, or None where that kernel does not apply."""
         res = op.results[0]
         if res.type.dtype not in ("f32", "f64"):
             return None
-        r = cuda_rows.run_row_op(self.xp, op.name, args, op.attrs, self._views.get(res))
+        out = self._views.get(res)
+        if op.name == "attention":
+            r = cuda_attention.run(self.xp, *args, bool(op.attrs.get("causal", False)),
+                                   float(op.attrs.get("scale", 0.0)), out)
+        else:
+            r = cuda_rows.run_row_op(self.xp, op.name, args, op.attrs, out)
         if r is not None:
             self.launches["adc"] += 1
         return r

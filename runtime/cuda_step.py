@@ -3,8 +3,10 @@ function, as the CPU's compiled executor (`adc_runtime.compiled`) does, with the
 decisions made once:
 
 * every op is a call of a launcher bound at code generation: the fused group's kernel with
-  its planned output buffers, a row kernel (`adc_runtime.cuda_rows`), or the table kernel
-  with its attributes resolved and its planned ``out=`` buffer; constants are uploaded once;
+  its planned output buffers, a row kernel (`adc_runtime.cuda_rows`; a row adjoint of
+  `adc_runtime.cuda_row_groups`), the fused attention kernel (`adc_runtime.cuda_attention`),
+  or the table kernel with its attributes resolved and its planned ``out=`` buffer;
+  constants are uploaded once;
 * runs of fused kernels of one text (the optimizer's update of each parameter) are one
   multi-tensor launch (`adc_runtime.cuda_multi`);
 * with ``graphs=True``, runs of two or more consecutive generated kernels (fused groups,
@@ -32,9 +34,9 @@ from __future__ import annotations
 
 import itertools
 
-from . import cuda_multi, cuda_row_groups, cuda_rows, row_fusion
+from . import cuda_multi, cuda_row_groups, row_fusion
 from .buffers import value_nbytes
-from .cuda import NOT_LIBRARY, CudaExecutor, _check_extremum
+from .cuda import KERNEL_OPS, NOT_LIBRARY, CudaExecutor, _check_extremum
 from .executor import Executor, RunError
 from .kernels import BUILTIN, DTYPES
 from .liveness import last_uses
@@ -70,7 +72,7 @@ class CudaStepExecutor(CudaExecutor):
         count = self.launches
         if spec is not None:
             return self._fused_launcher(op, spec)
-        if op.name in cuda_rows.ROW_OPS and self.rows:
+        if op.name in KERNEL_OPS and self.rows:
             generic = self._table_launcher(op)
 
             def row(*args):

@@ -276,3 +276,43 @@ def with_graphs(cp):
     cp.cuda.Stream = Stream
     cp.capture_state = state
     return cp
+
+
+def stand_in_fixture():
+    """A module-scoped pytest fixture of `raw_stand_in`, its kernels built in pytest's cache
+    (``cp = stand_in_fixture()`` in a test module)."""
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def cp(request, tmp_path_factory):
+        cache = getattr(request.config, "cache", None)
+        return raw_stand_in(cache.mkdir("cuda-host") if cache is not None
+                            else tmp_path_factory.mktemp("h"))
+    return cp
+
+
+def raw_stand_in(cache: Path):
+    """The host stand-in of CuPy with raw modules (`with_raw_modules`), the launches it ran
+    in its ``launches`` list; kernels built in `cache`."""
+    from cuda_host import HostKernels, host_cupy
+    launches: list = []
+    cp = with_raw_modules(host_cupy(HostKernels(cache), launches), cache, launches)
+    cp.launches = launches
+    return cp
+
+
+def nvrtc_for(arch: str, monkeypatch):
+    """CuPy's compiler module with `arch` supplied in place of the device's (its lookups ask
+    the device); skips the test where CuPy's NVRTC is not usable."""
+    import pytest
+    pytest.importorskip("cupy")
+    try:
+        from cupy.cuda import compiler, nvrtc
+        nvrtc.getVersion()
+    except Exception as e:
+        pytest.skip(f"CuPy's NVRTC is not usable here ({type(e).__name__}: {e})")
+    wrapped = compiler._get_arch_for_options_for_nvrtc.__wrapped__
+    monkeypatch.setattr(compiler, "_get_arch", lambda: arch)
+    monkeypatch.setattr(compiler, "_get_arch_for_options_for_nvrtc",
+                        lambda a=None: wrapped(a or arch))
+    return compiler

@@ -17,7 +17,7 @@ import pytest
 
 from adc_runtime import cuda_rows as rows
 from adc_runtime.kernels import KERNELS
-from cuda_host import GXX, HostKernels, host_cupy
+from cuda_host import GXX
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 EPS = {np.float32: 2.0 ** -23, np.float64: 2.0 ** -52}
@@ -30,17 +30,8 @@ SHAPES = [(3, 1), (2, 7), (4, 33), (2, 130), (1, 1030), (2, 3, 40)]
 @pytest.mark.nvrtc
 @pytest.mark.parametrize("arch", ["90", "75"])
 def test_row_kernels_compile_with_nvrtc(arch, monkeypatch):
-    cupy = pytest.importorskip("cupy")
-    try:
-        from cupy.cuda import compiler, nvrtc
-        nvrtc.getVersion()
-    except Exception as e:
-        pytest.skip(f"CuPy's NVRTC is not usable here ({type(e).__name__}: {e})")
-    wrapped = compiler._get_arch_for_options_for_nvrtc.__wrapped__
-    monkeypatch.setattr(compiler, "_get_arch", lambda: arch)
-    monkeypatch.setattr(compiler, "_get_arch_for_options_for_nvrtc",
-                        lambda a=None: wrapped(a or arch))
-    assert cupy is not None
+    from cuda_raw_host import nvrtc_for
+    compiler = nvrtc_for(arch, monkeypatch)
     for ctype, _ in rows.ROW_DTYPES.values():
         for label in rows.LABEL_CTYPES.values():
             src = rows.source(ctype, label)
@@ -57,17 +48,10 @@ if GXX is None:
     pytest.skip("g++ is not installed: the row kernels cannot be built for the host",
                 allow_module_level=True)
 
-from cuda_raw_host import kernel_signatures, with_raw_modules  # noqa: E402
+from cuda_raw_host import kernel_signatures, stand_in_fixture  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def cp(request, tmp_path_factory):
-    cache = getattr(request.config, "cache", None)
-    where = cache.mkdir("cuda-host") if cache is not None else tmp_path_factory.mktemp("h")
-    launches: list = []
-    fake = with_raw_modules(host_cupy(HostKernels(where), launches), where, launches)
-    fake.launches = launches
-    return fake
+cp = stand_in_fixture()
 
 
 def test_signatures_are_the_sources():
