@@ -96,3 +96,27 @@ def test_checkpoints_keyed_by_input_name_still_load(tmp_path, monkeypatch):
               batch=4, checkpoint=str(other))
     with pytest.raises(AdcError, match="optimizer"):
         adc.train(STACK, data, adc.optim.adam(1e-2), steps=4, batch=4, resume=str(other))
+
+
+def _py_loss(params, x, y):
+    h = np.tanh(x @ params["layers"][0]["W"]) @ params["layers"][1]["W"] + params["b"]
+    return np.mean((h - y) ** 2) + 0.0 * np.sum(params["ids"])
+
+
+def test_a_python_loss_state_mirrors_its_params():
+    rng = np.random.default_rng(0)
+    params = {"layers": [{"W": rng.normal(size=(3, 3))} for _ in range(2)],
+              "b": rng.normal(size=3), "ids": np.arange(3)}       # an integer leaf: not trained
+    x, y = rng.normal(size=(6, 3)), rng.normal(size=(6, 3))
+    step = adc.train_step(_py_loss, adc.optim.adam(1e-2))
+    state = step.init(params, x, y)
+    assert set(state) == {"step", "exp_avg", "exp_avg_sq"}
+    assert state["exp_avg"]["layers"][1]["W"].shape == (3, 3) and state["exp_avg"]["ids"] is None
+    p1, s1, _ = step(params, None, x, y)
+    b1, m1 = p1["b"].copy(), s1["exp_avg"]["b"].copy()   # (a step writes over what it gave)
+    p2, s2, _ = step(p1, s1, x, y)
+    p1b, s1b, _ = step(params, state, x, y)
+    np.testing.assert_array_equal(p1b["b"], b1)
+    assert int(s2["step"]) == 2 and not np.array_equal(s2["exp_avg"]["b"], m1)
+    with pytest.raises(AdcError, match="'exp_avg' has 2 arrays where the params have 3"):
+        step(p2, {**s2, "exp_avg": {"b": s2["exp_avg"]["b"], "c": s2["exp_avg"]["b"]}}, x, y)

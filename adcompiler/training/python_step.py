@@ -5,6 +5,9 @@ Python functions (`adcompiler.api.pyfunc`), then trained by the compiled trainin
     step = adc.train_step(loss_fn, adc.optim.adam(1e-3))
     state = step.init(params, x, y)        # or pass state=None to the first call
     params, state, metrics = step(params, state, x, y)
+
+The state mirrors the params' structure, as optax keeps it: ``{"step": ..., "exp_avg":
+<params' tree>, ...}``, None where a leaf is not trained (an integer array, a constant).
 """
 from __future__ import annotations
 
@@ -41,18 +44,49 @@ class PyTrainStep:
         return step, specs[0], wrt, named
 
     def init(self, params, *batch) -> dict:
-        """The optimizer state for `params` (the batch's shapes pick the compilation)."""
-        step, _, wrt, named = self.compiled(params, batch)
-        return step.init({n: named[n] for n in wrt})
+        """The optimizer state for `params` (the batch's shapes pick the compilation), a
+        tree mirroring theirs."""
+        step, ps, wrt, named = self.compiled(params, batch)
+        return self._tree(step, ps, wrt, params, step.init({n: named[n] for n in wrt}))
+
+    @staticmethod
+    def _tree(step, ps, wrt: list, params, flat: dict) -> dict:
+        """The step's flat state as a tree of `params`' structure (`state_tree`)."""
+        from .state_tree import layout, to_tree
+        _, tree = pytree.flatten(params)
+
+        def regroup(by_name: dict):
+            it = iter(wrt)
+            return pytree.unflatten(tree, [by_name[next(it)] if lf.runtime and
+                                           lf.type.is_float else None for lf in ps.leaves])
+        return to_tree(flat, layout(step), regroup)
+
+    @staticmethod
+    def _flat(step, wrt: list, state) -> dict:
+        """`_tree`'s inverse; a slot whose trained leaves do not match is an error."""
+        from ..diagnostics import AdcError
+        from .state_tree import from_tree, layout
+
+        def ungroup(t, what: str, names: list) -> dict:
+            leaves = [x for x in pytree.flatten(t)[0] if x is not None]
+            if len(leaves) != len(names):
+                raise AdcError(f"{what} has {len(leaves)} arrays where the params have "
+                               f"{len(names)} trained ones")
+            return dict(zip(names, leaves))
+        return from_tree(state, layout(step), ungroup)
 
     def __call__(self, params, state, *batch):
         """One step: ``(params, state, metrics)``, the params in their own structure."""
         step, ps, wrt, named = self.compiled(params, batch)
         trained = {n: named[n] for n in wrt}
-        if state is None:
-            state = step.init(trained)
+        from .state_tree import is_tree, layout
+        tree = state is None or is_tree(state, layout(step))
+        state = step.init(trained) if state is None else \
+            self._flat(step, wrt, state) if tree else state
         data = {k: v for k, v in named.items() if k not in trained}
         new, state, metrics = step(trained, state, data)
+        if tree:
+            state = self._tree(step, ps, wrt, params, state)
         leaves, tree = pytree.flatten(params)
         it = iter(wrt)
         out = [new[next(it)] if lf.runtime and lf.type.is_float else x
