@@ -147,6 +147,10 @@ def test_train_mode_batch_norm_without_affine_parameters():
         assert _rel(got[k], p.grad.numpy()) < 1e-10, k
     for k in ("bn.running_mean", "bn.running_var", "bn.num_batches_tracked"):
         assert _rel(got[k], m.state_dict()[k].numpy()) < 1e-13, k
+    # the constants the import made (the norm's ones and zeros) are no module's: kept
+    params, state = imp.load_state_dict(m.state_dict())
+    np.testing.assert_array_equal(params["bn_ones"], np.ones(4))
+    assert int(state["bn_num_batches_tracked"]) == 1
 
 
 class _Drop(torch.nn.Module):

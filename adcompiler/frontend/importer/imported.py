@@ -53,18 +53,20 @@ class Imported:
 
     def load_state_dict(self, state_dict) -> tuple[dict, dict]:
         """``(params, state)`` by name here from a PyTorch ``state_dict()`` (or any mapping
-        of the model's names to arrays or tensors): every param and state must be given;
+        of the model's names to arrays or tensors): every trained param and state must be
+        given; a constant it does not give (one the import computed) keeps its value, and
         names the import does not read (an evaluation-mode export's batch counters) are
         left out."""
         from ...diagnostics import AdcError
         paths = self.paths
-        missing = [src for src in paths if src not in state_dict]
+        missing = [src for src, name in paths.items()
+                   if src not in state_dict and name not in self.constants]
         if missing:
             raise AdcError(f"state_dict: missing {', '.join(map(repr, missing))}")
         params, state = {}, {}
         for src, name in paths.items():
-            a = _array(state_dict[src])
-            want = (self.params.get(name) if name in self.params else self.state[name])
+            want = self.params[name] if name in self.params else self.state[name]
+            a = _array(state_dict[src]) if src in state_dict else want
             if a.shape != want.shape:
                 raise AdcError(f"state_dict: '{src}' is {a.shape}, the model's is "
                                f"{want.shape}")
