@@ -1,8 +1,10 @@
 """Time one training step (forward, backward, global-norm clipping at 1.0, Adam at 1e-3) of
-the benchmark models with adc and its peers, on the CPU.
+the benchmark models with adc and its peers, on the CPU or (``--gpu``) on a CUDA GPU.
 
     python benchmarks/bench_train.py                   # medium sizes (tens of ms a step)
     python benchmarks/bench_train.py --size small --steps 1 --repeats 1   # smoke test
+    python benchmarks/bench_train.py --gpu --size full   # on a GPU: adc.train_step(device=
+                                                         # "cuda"), PyTorch on CUDA, JAX's GPU
 
 Models and sizes are bench_gpu.py's (benchmarks/models/*.tdsl; the same models for the
 peers in peers.py), float32. Runners, where installed:
@@ -20,7 +22,9 @@ compares each runner's loss with adc's after one update (the second step's loss:
 float32 rounding) and after the last step (Adam's first updates are about ``lr * sign(g)``,
 which turns rounding in near-zero gradients into whole steps, so trajectories drift apart
 by then). "allocated MiB / step" is the NumPy memory allocated during one adc step after
-the warm-up (tracemalloc's peak), next to the bytes of the parameters and the Adam state.
+the warm-up (tracemalloc's peak; on the GPU: CuPy's pool during one step, a memory hook), next
+to the bytes of the parameters and the Adam state. Every step ends by reading its loss to the
+host, on either device, so the wall clock times whole steps.
 Compile time ("compile s") is adc's pass pipeline and XLA's compilation, timed with the
 warm-up steps. The table (Markdown) is printed and written to `--out`.
 """
@@ -62,23 +66,29 @@ def program(model: str, sizes: dict):
     return bind_dims(clone_module(adc.load(str(HERE / "models" / f"{model}.tdsl"))), sizes)
 
 
-def split(model: str, module, sizes: dict) -> tuple[dict, dict]:
+def split(model: str, module, sizes: dict, xp=np) -> tuple[dict, dict]:
+    """The parameters and the batch, as arrays of `xp` (numpy, or cupy on the GPU)."""
     fn = module[model]
-    inputs = make_inputs(fn, sizes)
+    inputs = {n: xp.asarray(v) for n, v in make_inputs(fn, sizes).items()}
     params = {n: v for n, v in inputs.items() if n in fn.params}
     return params, {n: v for n, v in inputs.items() if n not in fn.params}
 
 
-def run_adc(model: str, sizes: dict, clock: Clock, in_place: bool = True) -> Row:
+def run_adc(model: str, sizes: dict, clock: Clock, in_place: bool = True,
+            gpu: bool = False) -> Row:
     """adc's step; without `in_place`, its runner writes every new parameter and state
     array into a fresh one (the baseline that in-place updates remove)."""
     import adcompiler as adc
+    device = "cuda" if gpu else "cpu"
     t0 = time.perf_counter()
     module = program(model, sizes)
-    step = adc.train_step(module, adc.optim.adam(LR), clip=CLIP)
+    step = adc.train_step(module, adc.optim.adam(LR), clip=CLIP, device=device)
     if not in_place:
-        step._runner = adc.runner(step.module, step.fn_name, donate=False)
-    params, batch = split(model, module, sizes)
+        step._runner = adc.runner(step.module, step.fn_name, device=device, donate=False)
+    xp = np
+    if gpu:
+        import cupy as xp
+    params, batch = split(model, module, sizes, xp)
     now = {"p": params, "s": step.init(params)}
     row = Row(model, "adc" if in_place else "adc, no in-place update")
 
@@ -88,21 +98,31 @@ def run_adc(model: str, sizes: dict, clock: Clock, in_place: bool = True) -> Row
 
     compile_s = time.perf_counter() - t0 + clock.warm(one)
     row.step_ms, row.compile_s = clock.time(one), compile_s
-    tracemalloc.start()
-    one()
-    row.alloc_mib = tracemalloc.get_traced_memory()[1] / 2**20
-    tracemalloc.stop()
+    if gpu:
+        from adc_runtime.cuda import peak_memory_hook
+        hook = peak_memory_hook(xp)
+        with hook:
+            one()
+        row.alloc_mib = hook.peak / 2**20
+    else:
+        tracemalloc.start()
+        one()
+        row.alloc_mib = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
     row.held_mib = sum(a.nbytes for d in (now["p"], now["s"]) for a in d.values()) / 2**20
     return row
 
 
-def run_torch(model: str, sizes: dict, clock: Clock) -> Row:
+def run_torch(model: str, sizes: dict, clock: Clock, gpu: bool = False) -> Row:
     import torch
     torch.set_float32_matmul_precision("highest")
+    torch.backends.cuda.matmul.allow_tf32 = False
     module = program(model, sizes)
     params, batch = split(model, module, sizes)
     names = module[model].arg_names
-    ts = {n: torch.tensor(v, requires_grad=n in params) for n, v in {**params, **batch}.items()}
+    dev = "cuda" if gpu else "cpu"
+    ts = {n: torch.tensor(v, device=dev, requires_grad=n in params)
+          for n, v in {**params, **batch}.items()}
     wrt = [ts[n] for n in names if n in params]
     opt = torch.optim.Adam(wrt, lr=LR)
     ops = peers.torch_ops()
@@ -205,6 +225,7 @@ def main(argv=None) -> int:
                    "without in-place updates)")
     p.add_argument("--out", default=str(HERE / "results-train.md"),
                    help="Markdown file to write")
+    p.add_argument("--gpu", action="store_true", help="run every runner on the CUDA GPU")
     args = p.parse_args(argv)
     runners = set(args.runners.split(","))
     clock = Clock(args.steps, args.repeats, args.warmup)
@@ -212,16 +233,16 @@ def main(argv=None) -> int:
     for model in args.models.split(","):
         sizes = SIZES[args.size][model]
         if "adc" in runners:
-            rows.append(run_adc(model, sizes, clock))
+            rows.append(run_adc(model, sizes, clock, gpu=args.gpu))
         if "adc-copy" in runners:
-            rows.append(run_adc(model, sizes, clock, in_place=False))
+            rows.append(run_adc(model, sizes, clock, in_place=False, gpu=args.gpu))
         if "torch" in runners and installed("torch"):
-            rows.append(run_torch(model, sizes, clock))
+            rows.append(run_torch(model, sizes, clock, args.gpu))
         if "jax" in runners and installed("jax") and installed("optax"):
             rows.append(run_jax(model, sizes, clock))
         print(f"done: {model}", file=sys.stderr)
-    args.cpu = True
-    head = header(False, args).replace("adc's peak memory row is the gradient step.",
+    args.cpu, args.dtype = not args.gpu, "f32"
+    head = header(args.gpu, args).replace("adc's peak memory row is the gradient step.",
                                        "One training step: forward, backward, clip, Adam.")
     text = head + "\n" + table(rows) + "\n"
     print(text)

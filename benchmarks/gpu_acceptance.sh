@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The CUDA backend's acceptance run, for a machine with a CUDA GPU, in one command (about
-# eight minutes at most: each measuring step has a time limit, below):
+# The CUDA backend's acceptance run, for a machine with a CUDA GPU, in one command (under
+# nine minutes: each measuring step has a time limit, below):
 #   1. check that a GPU is visible (nvidia-smi);
 #   2. create a virtual environment and install the project with its test and cuda extras
 #      (--no-install: use --python as it is, for a machine without network access);
@@ -15,8 +15,11 @@
 #   8. the transformer block and the GPT in bf16 (adc's row says why it does not run), in
 #      OUT's stem + -bf16.md;
 #   9. the GPT's gradient under a sweep of memory budgets, predicted against measured peak
-#      (benchmarks/memory_budget_sweep.py), in OUT's stem + -memory-budget.md and .png.
-# Steps 4 to 9 all run; the exit status is 1 if any failed or ran past its limit (or no
+#      (benchmarks/memory_budget_sweep.py), in OUT's stem + -memory-budget.md and .png;
+#  10. training steps (forward, backward, clipping, Adam) of the MLP, the transformer block
+#      and the GPT with adc.train_step(device="cuda"), PyTorch and JAX
+#      (benchmarks/bench_train.py --gpu), in OUT's stem + -train.md.
+# Steps 4 to 10 all run; the exit status is 1 if any failed or ran past its limit (or no
 # GPU), 2 for a bad command line. --dry-run prints the steps without running anything.
 set -euo pipefail
 
@@ -63,8 +66,9 @@ while [ $# -gt 0 ]; do
 done
 STEM="${OUT%.md}"
 LOG="$STEM-pytest.log"
-# seconds each measuring step may take (the whole run stays within about eight minutes)
-LIMIT_TESTS=90 LIMIT_BENCH=150 LIMIT_GRAPHS=45 LIMIT_MODELS=105 LIMIT_BF16=45 LIMIT_SWEEP=75
+# seconds each measuring step may take (the whole run stays under nine minutes)
+LIMIT_TESTS=90 LIMIT_BENCH=130 LIMIT_GRAPHS=40 LIMIT_MODELS=95 LIMIT_BF16=40 LIMIT_SWEEP=70
+LIMIT_TRAIN=60
 
 # run (or, with --dry-run, print) one step
 step() {
@@ -140,5 +144,10 @@ timed "the bf16 benchmark" "$LIMIT_BF16" "$RUN" benchmarks/bench_gpu.py --dtype 
 echo "== 9. memory budgets of the GPT: $STEM-memory-budget.md"
 timed "the memory-budget sweep" "$LIMIT_SWEEP" "$RUN" benchmarks/memory_budget_sweep.py \
     --out "$STEM-memory-budget.md"
+echo "== 10. training steps: $STEM-train.md"
+# shellcheck disable=SC2086
+timed "the training-step benchmark" "$LIMIT_TRAIN" "$RUN" benchmarks/bench_train.py --gpu \
+    --size full --models mlp,transformer_block,gpt --runners adc,torch,jax \
+    --out "$STEM-train.md" $BENCH_ARGS
 [ "$DRY" = 1 ] || echo "gpu_acceptance: tables written to $OUT and $STEM-*.md; test log $LOG; status $status"
 exit "$status"

@@ -41,16 +41,19 @@ def test_dry_run_prints_every_step_in_order(tmp_path):
         f"{py} -m pip install -q -e .[test,cuda]",
         steps[4],
         f"timeout 90 {py} -m pytest -m cuda -q -rs | tee {stem}-pytest.log",
-        f"timeout 150 {bench} --out {out} --steps 5 --repeats 3",
-        f"timeout 45 {bench} --graphs --runners adc --out {stem}-graphs.md --steps 5 --repeats 3",
-        f"timeout 105 {bench} --models gpt,cnn --out {stem}-models.md --steps 5 --repeats 3",
-        f"timeout 45 {bench} --dtype bf16 --models transformer_block,gpt --out {stem}-bf16.md "
+        f"timeout 130 {bench} --out {out} --steps 5 --repeats 3",
+        f"timeout 40 {bench} --graphs --runners adc --out {stem}-graphs.md --steps 5 --repeats 3",
+        f"timeout 95 {bench} --models gpt,cnn --out {stem}-models.md --steps 5 --repeats 3",
+        f"timeout 40 {bench} --dtype bf16 --models transformer_block,gpt --out {stem}-bf16.md "
         "--steps 5 --repeats 3",
-        f"timeout 75 {py} benchmarks/memory_budget_sweep.py --out {stem}-memory-budget.md"]
+        f"timeout 70 {py} benchmarks/memory_budget_sweep.py --out {stem}-memory-budget.md",
+        f"timeout 60 {py} benchmarks/bench_train.py --gpu --size full --models "
+        f"mlp,transformer_block,gpt --runners adc,torch,jax --out {stem}-train.md "
+        "--steps 5 --repeats 3"]
     assert "getDeviceCount()" in steps[4]
     assert not venv.exists() and not out.exists()
-    # the measuring steps' limits add up to about eight minutes
-    assert sum(int(s.split()[1]) for s in steps if s.startswith("timeout ")) <= 9 * 60
+    # the measuring steps' limits add up to under nine minutes
+    assert sum(int(s.split()[1]) for s in steps if s.startswith("timeout ")) < 9 * 60
 
 
 def _fakes(tmp_path, fail_on=""):
@@ -75,7 +78,8 @@ def test_no_install_runs_every_step_with_the_given_python(tmp_path):
     assert r.returncode == 0, r.stderr
     calls = log.read_text().splitlines()
     assert [c.split()[0] for c in calls] == ["-c", "-m", *["benchmarks/bench_gpu.py"] * 4,
-                                             "benchmarks/memory_budget_sweep.py"]
+                                             "benchmarks/memory_budget_sweep.py",
+                                             "benchmarks/bench_train.py"]
     assert "status 0" in r.stdout and not (tmp_path / "env").exists()
 
 
@@ -85,7 +89,7 @@ def test_a_failing_step_is_reported_and_the_others_run(tmp_path):
             path=fake)
     assert r.returncode == 1
     assert "gpu_acceptance: the bf16 benchmark failed (exit 3)" in r.stderr
-    assert log.read_text().splitlines()[-1].startswith("benchmarks/memory_budget_sweep.py")
+    assert log.read_text().splitlines()[-1].startswith("benchmarks/bench_train.py")
 
 
 def test_command_line_errors_exit_2():
