@@ -65,6 +65,18 @@ class CudaStepExecutor(CudaExecutor):
             program = self._programs[key] = self.compile_function(fn, borrowed)
         return program(*arrays)
 
+    def donate(self, fn, arrays: list) -> None:
+        """As the interpreter's; the generated code binds the planned buffers when it is
+        made, so a donation that moves a value's buffer (arrays other than the last call's)
+        drops `fn`'s generated code, to be made again on these arrays."""
+        pairs = self._donations.get(id(fn), ())
+        before = [self._views.get(v) for v, _ in pairs]
+        super().donate(fn, arrays)
+        after = [self._views.get(v) for v, _ in self._donations[id(fn)]]
+        if len(before) != len(after) or any(a is not b for a, b in zip(before, after)):
+            for key in [k for k in self._programs if k[0] == id(fn)]:
+                del self._programs[key]
+
     # -- launchers ------------------------------------------------------------------------
     def _launcher(self, op):
         """A function of `op`'s operand arrays (then captures) returning its results."""

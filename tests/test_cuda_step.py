@@ -203,3 +203,29 @@ def test_benchmark_prints_the_stand_in_launches(capsys):
         del sys.modules["bench_gpu"]
     out = capsys.readouterr().out
     assert out.startswith("mlp: adc launches per gradient step on the host stand-in: {'adc': ")
+
+
+def test_donated_arrays_that_move_remake_the_step_code(cache, adam_step):
+    """A training step donates its parameters and state: the step code writes the updates
+    into the arrays it was given. Called again with other arrays, it writes into those, not
+    into the first call's (the code, which binds the buffers when made, is made again)."""
+    module, fused, specs, name = adam_step
+    inputs = train_inputs(module.functions[name])
+    want = run_function(module, name, dict(inputs))[0]
+    cp = stand_in(cache)
+    run = cuda_step.runner(fused, name, specs, cupy=cp)
+    run.donate = True
+    first = {k: v.copy() for k, v in inputs.items()}
+    got1, _ = run(dict(first))
+    kept = [np.array(g) for g in got1]
+    second = {k: v.copy() for k, v in inputs.items()}
+    got2, _ = run(dict(second))
+    def into(got, given):
+        return [j for j, g in enumerate(got) if any(g is a for a in given.values())]
+    # the updates went into each call's own arrays, none into the other call's
+    assert len(into(got1, first)) >= 4 and into(got2, second) == into(got1, first)
+    assert not into(got2, first)
+    for g1, g2, k, w in zip(got1, got2, kept, want):
+        np.testing.assert_array_equal(g1, k)     # the first call's results stay as they were
+        np.testing.assert_array_equal(g2, k)
+        np.testing.assert_allclose(np.asarray(g2, np.float64), w, rtol=1e-5, atol=1e-7)
