@@ -4,13 +4,14 @@
     python benchmarks/memory_budget_sweep.py --cpu --size small    # the same on the CPU
 
 For each budget (a fraction of the way from the least predicted peak any schedule reaches,
-remat ``min-memory``, at 0 to the predicted peak without rematerialization at 1), the gradient of the model (benchmarks/models/, `bench_gpu` sizes) is
-scheduled with the remat policy ``budget:BYTES`` and run once: on the GPU by generated step
-code (the program fused as ``adc run --device cuda`` fuses it), its peak measured by a
-memory hook on CuPy's pool with the inputs allocated inside it; on the CPU by the NumPy
-executor, whose live-byte accounting is the measurement. The prediction is
-`adcompiler.memory.liveness.predict_peak` of the program that ran. A budget below every
-schedule is reported as such (the smallest peak it can reach), not run.
+remat ``min-memory``, at 0 to the predicted peak without rematerialization at 1), the
+gradient of the model (benchmarks/models/, `bench_gpu` sizes) is scheduled with the remat
+policy ``budget:BYTES`` and run once: on the GPU by generated step code (the program fused
+as ``adc run --device cuda`` fuses it), its peak measured by a memory hook on CuPy's pool
+with the inputs allocated inside it; on the CPU by the NumPy executor, whose live-byte
+accounting is the measurement. The prediction is `adcompiler.memory.liveness.predict_peak`
+of the program that ran. A budget below every schedule is reported as such (the smallest
+peak it can reach), not run.
 
 The table gives, per budget, the predicted and measured peaks, their ratio, the recomputed
 FLOPs, and the run's time; the last lines say whether the measured peak is monotone in the
@@ -113,8 +114,8 @@ def verdict(rows: list[dict]) -> dict:
 
 def table(rows: list[dict], header: str) -> str:
     mib = lambda b: f"{b / 2**20:,.3f}"  # noqa: E731
-    lines = [header, "", "| budget (min-memory 0, no remat 1) | budget MiB | predicted MiB | measured MiB "
-             "| measured / predicted | recomputed GFLOP | run s |",
+    lines = [header, "", "| budget (min-memory 0, no remat 1) | budget MiB | predicted MiB "
+             "| measured MiB | measured / predicted | recomputed GFLOP | run s |",
              "|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         if "refused" in r:

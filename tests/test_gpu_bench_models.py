@@ -1,8 +1,8 @@
-"""The GPU benchmark's GPT and CNN (benchmarks/models/gpt.tdsl, cnn.tdsl) and the
-memory-budget sweep (benchmarks/memory_budget_sweep.py) at small sizes on the CPU: adc's
-gradients of both models agree with PyTorch's (where installed), and the sweep runs every budget from the least
-peak to no remat, its measured peaks monotone and equal to the predicted ones (the NumPy
-executor's accounting is what the prediction models)."""
+"""The GPU benchmark's GPT and CNN (benchmarks/models/gpt.tdsl, cnn.tdsl) and the memory-budget
+sweep (benchmarks/memory_budget_sweep.py) at small sizes on the CPU: adc's gradients of both
+models agree with PyTorch's (where installed), and the sweep runs every budget from the
+least peak to no remat, its measured peaks monotone and equal to the predicted ones (the
+NumPy executor's accounting is what the prediction models)."""
 from __future__ import annotations
 
 import importlib.util

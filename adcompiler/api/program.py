@@ -118,14 +118,15 @@ def _array_module(device: str):
 def runner(module: Module, name: str, device: str = "cpu", donate: bool = False,
            fuse: bool = False):
     """An `adc_runtime.executor.Runner` of function `name`: on the CPU through the compiled
-    executor (`adc_runtime.compiled`, bit-identical to the interpreter); on ``"cuda"`` the
-    module is fused and run by generated step code (`adc_runtime.cuda_step`: its groups as
-    generated kernels, as ``adc run --device cuda`` runs them, and the softmax and norm
-    adjoints as row kernels). With `donate`, results that replace inputs are written into the input arrays
-    (see `Runner`). With `fuse`, runs of elementwise ops on the CPU are compiled into one
-    loop each where numba is installed (`adc_runtime.fused_runs`): worth its compile time
-    for a function called many times, such as a training step. A call whose predicted peak
-    memory (`memory.limit.check_run_fits`) is past the limit is refused before it runs."""
+    executor (`adc_runtime.compiled`, bit-identical to the interpreter); on ``"cuda"``
+    the module is fused and run by generated step code (`adc_runtime.cuda_step`: its
+    groups as generated kernels, as ``adc run --device cuda`` runs them, and the softmax
+    and norm adjoints as row kernels). With `donate`, results that replace inputs are
+    written into the input arrays (see `Runner`). With `fuse`, runs of elementwise ops
+    on the CPU are compiled into one loop each where numba is installed
+    (`adc_runtime.fused_runs`): worth its compile time for a function called many times,
+    such as a training step. A call whose predicted peak memory
+    (`memory.limit.check_run_fits`) is past the limit is refused before it runs."""
     xp = _array_module(device)
     if device == "cuda":   # generated step code; the norms' adjoints left to its row kernels
         from adc_runtime.cuda_step import runner as cuda_runner

@@ -49,9 +49,10 @@ its map, the reduction its reduce step). ``var`` and ``logsumexp`` do not close 
 Scalar ``const`` operands are copied into the region, so kernels see literals. Groups of
 fewer than `min_ops` members (elementwise ops and a closing reduction; consts not counted)
 are left alone, as are groups none of whose values is read after them or returned (dead code
-in a module that no dce pass ran on: a kernel would have nothing to write). A group stops growing at `MAX_MEMBERS` ops: a kernel of thousands of ops
-compiles slowly and gains nothing, and each merge checks every member, so an unbounded
-group makes grouping quadratic in a long chain of ops.
+in a module that no dce pass ran on: a kernel would have nothing to write). A group stops
+growing at `MAX_MEMBERS` ops: a kernel of thousands of ops compiles slowly and gains
+nothing, and each merge checks every member, so an unbounded group makes grouping quadratic
+in a long chain of ops.
 """
 from __future__ import annotations
 
