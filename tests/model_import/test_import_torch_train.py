@@ -44,6 +44,8 @@ def test_parameters_are_grouped_by_module_path():
 def test_a_state_dict_loads_by_path_and_gradients_come_back_by_path():
     x = torch.randn(2, 3, 10, 10, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
     imp = adc.from_torch(_train_cnn(0), (x,), loss="cross_entropy")
+    again = adc.compile_source(imp.source, "TrainCNN.tdsl")   # printing and parsing: stable
+    assert adc.print_module(again) == adc.print_module(imp.module)
     other = _train_cnn(5)
     with torch.no_grad():
         for mod in other.modules():
