@@ -1,2 +1,3 @@
 """What the model importers share: the TDSL writer (`writer`), names and literals
-(`names`), the losses an import may add (`losses`), and what an import returns (`imported`)."""
+(`names`), parameter groups mirroring a model's module tree (`groups`), the losses an import
+may add (`losses`), and what an import returns (`imported`)."""
