@@ -1,13 +1,16 @@
 """`attention` as one CUDA kernel: ``softmax(q @ k^T * s + mask) @ v`` with no ``Tq x Tk``
 array in memory (FlashAttention's online softmax).
 
-One warp computes one query row: for each key it forms the score (the lanes split the key
-size, a butterfly of shuffles sums their parts), updates the row's running maximum ``m``
-and sum ``l`` and rescales its accumulated ``sum_j exp(s_j - m) v_j`` (each lane holds
-``dv / 32`` columns of it), and writes ``acc / l`` once. The block's warps (`WARPS` query
-rows) share tiles of keys and values in shared memory, so each key is read from global
-memory once per block. With ``causal``, a row stops at its own position and a block
-reads only the keys its rows see.
+One warp computes one query row, 32 keys at a time: each lane scores one key of the tile
+(the dot product over the key size, in order), the warp takes the tile's maximum and the
+sum of its exponentials with a butterfly of shuffles each, updates the row's running
+maximum ``m`` and sum ``l``, and each lane rescales its ``dv / 32`` columns of the
+accumulated ``sum_j exp(s_j - m) v_j`` and adds the tile's 32 terms; the row is written
+once, as ``acc / l``. The block's warps (`WARPS` query rows) share each tile of keys and
+values in shared memory (key rows padded by one element, so the lanes' reads fall in
+different banks), so a key is read from global memory once per block. With ``causal``, a
+key after the row scores ``-inf`` (probability 0), and a block reads only the keys its
+rows see; key 0 is in every row's first tile, so the running maximum is finite from it on.
 
 q is scaled before the product, as the table kernel does (``q * s`` rounded to the storage
 type); the scores add in another order than a GEMM and the exponentials are taken against
@@ -21,7 +24,7 @@ The derivative rules of ``attention`` recompute the probabilities from q and k (
 
 `run` declines (returns None, and the caller runs the table kernel) where the batch axes of
 q, k and v differ, an operand is not C-contiguous, the dtype is not f32/f64, ``dv`` is
-above ``32 * MAX_COLUMNS`` or a tile of one key does not fit the shared memory. CuPy is
+above ``32 * MAX_COLUMNS`` or the tiles do not fit the shared memory (`shared_elements`). CuPy is
 never imported here.
 """
 from __future__ import annotations
@@ -32,34 +35,40 @@ from typing import Any
 WARPS = 8                 # query rows per block
 MAX_COLUMNS = 8           # value columns per lane: dv <= 256
 SHARED_BYTES = 48 * 1024  # static shared memory of a block
-MAX_TILE = 32             # keys per tile
+TILE = 32                 # keys per tile: one per lane
 CTYPES = {"float32": "float", "float64": "double"}
 
 SIGNATURES = {"adc_attention_fwd": ("const T*", "const T*", "const T*", "T*", "long long",
-                                    "long long", "long long", "long long", "long long", "T",
-                                    "int")}
+                                    "long long", "long long", "long long", "T", "int")}
 
 SOURCE = r"""
 #define ADC_INF ((T)__longlong_as_double(0x7ff0000000000000LL))
+__device__ __forceinline__ T adc_nanmax(T a, T b) { return (a != a || a > b) ? a : b; }
 __device__ __forceinline__ T adc_warp_sum(T v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ T adc_warp_max(T v) {
+    for (int o = 16; o > 0; o >>= 1) v = adc_nanmax(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 
 // o[b, i, :] = sum_j softmax_j(s * q[b, i] . k[b, j]) v[b, j, :] over the keys j the row sees
 extern "C" __global__ void adc_attention_fwd(const T *q, const T *k, const T *v, T *o,
                                               long long tq, long long tk, long long d,
-                                              long long dv, long long tile, T scale,
-                                              int causal) {
+                                              long long dv, T scale, int causal) {
     __shared__ T shared[ADC_SHARED / sizeof(T)];
-    T *ks = shared, *vs = shared + tile * d;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    T *ks = shared;                        // 32 keys, rows padded to d + 1 (no bank conflicts)
+    T *vs = ks + 32 * (d + 1);             // 32 values
+    T *qs = vs + 32 * dv + warp * d;       // this warp's query row, scaled
+    T *ps = vs + 32 * dv + warps * d + warp * 32;   // this warp's probabilities of a tile
     const long long blocks_per_batch = (tq + warps - 1) / warps;
     const long long b = blockIdx.x / blocks_per_batch;
     const long long first = (blockIdx.x % blocks_per_batch) * warps;
     const long long i = first + warp;
     const bool live = i < tq;
-    const T *qi = q + (b * tq + (live ? i : 0)) * d;
+    for (long long c = lane; c < d; c += 32) qs[c] = live ? q[(b * tq + i) * d + c] * scale : 0;
     k += b * tk * d;
     v += b * tk * dv;
     T acc[ADC_COLUMNS];
@@ -68,28 +77,35 @@ extern "C" __global__ void adc_attention_fwd(const T *q, const T *k, const T *v,
     // the keys the block's rows see (with causal, up to its last row)
     const long long last_row = first + warps < tq ? first + warps : tq;
     const long long keys = causal ? (last_row < tk ? last_row : tk) : tk;
-    for (long long j0 = 0; j0 < keys; j0 += tile) {
-        const long long n = keys - j0 < tile ? keys - j0 : tile;
+    for (long long j0 = 0; j0 < keys; j0 += 32) {
+        const long long n = keys - j0 < 32 ? keys - j0 : 32;
         __syncthreads();                   // the previous tile is no longer read
-        for (long long e = threadIdx.x; e < n * d; e += blockDim.x) ks[e] = k[j0 * d + e];
+        for (long long e = threadIdx.x; e < n * d; e += blockDim.x)
+            ks[(e / d) * (d + 1) + e % d] = k[j0 * d + e];
         for (long long e = threadIdx.x; e < n * dv; e += blockDim.x) vs[e] = v[j0 * dv + e];
         __syncthreads();
-        for (long long jj = 0; jj < n; ++jj) {
-            T part = 0;
-            for (long long c = lane; c < d; c += 32) part += (qi[c] * scale) * ks[jj * d + c];
-            const T score = adc_warp_sum(part);   // every lane of every warp shuffles
-            const long long j = j0 + jj;
-            if (live && (!causal || j <= i)) {
-                const T mn = score > m ? score : m;
-                const T corr = exp(m - mn), p = exp(score - mn);
-                l = l * corr + p;
-                for (int c = 0; c < ADC_COLUMNS; ++c) {
-                    const long long col = c * 32 + lane;
-                    if (col < dv) acc[c] = acc[c] * corr + p * vs[jj * dv + col];
-                }
-                m = mn;
+        // lane j scores key j0 + j; a key the row does not see scores -inf
+        const long long j = j0 + lane;
+        T score = -ADC_INF;
+        if (lane < n && (!causal || j <= i)) {
+            T dot = 0;
+            for (long long c = 0; c < d; ++c) dot += qs[c] * ks[lane * (d + 1) + c];
+            score = dot;
+        }
+        const T mn = adc_nanmax(m, adc_warp_max(score));
+        const T corr = exp(m - mn), p = exp(score - mn);
+        l = l * corr + adc_warp_sum(p);
+        ps[lane] = p;
+        __syncthreads();                   // the warp's probabilities are written
+        for (int c = 0; c < ADC_COLUMNS; ++c) {
+            const long long col = c * 32 + lane;
+            if (col < dv) {
+                T a = acc[c] * corr;
+                for (long long jj = 0; jj < n; ++jj) a += ps[jj] * vs[jj * dv + col];
+                acc[c] = a;
             }
         }
+        m = mn;
     }
     if (live) {
         T *oi = o + (b * tq + i) * dv;
@@ -119,10 +135,10 @@ def module(cp, dtype: str):
     return mod
 
 
-def tile_size(d: int, dv: int, itemsize: int) -> int:
-    """Keys per shared-memory tile: up to `MAX_TILE`, as many as fit; 0 if none does."""
-    per_key = max(1, (d + dv) * itemsize)
-    return min(MAX_TILE, SHARED_BYTES // per_key)
+def shared_elements(d: int, dv: int) -> int:
+    """Elements of shared memory a block uses: a tile of keys (rows padded to d + 1) and of
+    values, each warp's scaled query row and its probabilities of a tile."""
+    return TILE * (d + 1) + TILE * dv + WARPS * d + WARPS * TILE
 
 
 def run(cp, q, k, v, causal: bool = False, scale: float = 0.0, out=None) -> Any:
@@ -137,8 +153,8 @@ def run(cp, q, k, v, causal: bool = False, scale: float = 0.0, out=None) -> Any:
         return None
     tq, d = q.shape[-2:]
     tk, dv = v.shape[-2:]
-    tile = tile_size(d, dv, q.dtype.itemsize)
-    if dv > 32 * MAX_COLUMNS or tile == 0 or k.shape[-1] != d or tk == 0:
+    if dv > 32 * MAX_COLUMNS or shared_elements(d, dv) * q.dtype.itemsize > SHARED_BYTES \
+            or k.shape[-1] != d or tk == 0:
         return None
     shape = batch + (tq, dv)
     if out is None or tuple(out.shape) != shape or not out.flags.c_contiguous:
@@ -149,6 +165,6 @@ def run(cp, q, k, v, causal: bool = False, scale: float = 0.0, out=None) -> Any:
         return out
     fn = module(cp, q.dtype.name).get_function("adc_attention_fwd")
     fn((rows,), (32 * WARPS,),
-       (q, k, v, out, cp.int64(tq), cp.int64(tk), cp.int64(d), cp.int64(dv), cp.int64(tile),
-        q.dtype.type(s), cp.int32(1 if causal else 0)))
+       (q, k, v, out, cp.int64(tq), cp.int64(tk), cp.int64(d), cp.int64(dv), q.dtype.type(s),
+        cp.int32(1 if causal else 0)))
     return out

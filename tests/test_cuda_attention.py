@@ -18,7 +18,8 @@ from cuda_host import GXX
 EPS = {np.float32: 2.0 ** -23, np.float64: 2.0 ** -52}
 # batch, queries, keys, key size, value size, causal
 CASES = [((2, 3), 5, 7, 4, 6, False), ((1,), 9, 9, 70, 40, True), ((2,), 11, 40, 8, 8, True),
-         ((2,), 11, 40, 8, 8, False), ((), 3, 1, 2, 33, False), ((1,), 0, 4, 4, 4, False)]
+         ((2,), 11, 40, 8, 8, False), ((), 3, 1, 2, 33, False), ((1,), 0, 4, 4, 4, False),
+         ((1,), 70, 70, 16, 16, True)]
 
 
 @pytest.mark.nvrtc
@@ -35,9 +36,9 @@ def test_attention_kernel_compiles_with_nvrtc(arch, monkeypatch):
 
 
 def test_tiles_fit_the_shared_memory():
-    assert att.tile_size(64, 64, 4) == 32
-    assert att.tile_size(4096, 4096, 8) == 0           # not one key fits: declined
-    assert att.tile_size(1024, 256, 4) * (1024 + 256) * 4 <= att.SHARED_BYTES
+    fits = lambda d, dv, size: att.shared_elements(d, dv) * size <= att.SHARED_BYTES  # noqa
+    assert fits(64, 64, 4) and fits(128, 128, 4) and fits(64, 64, 8)
+    assert not fits(256, 256, 4) and not fits(128, 128, 8)   # declined: the table kernel
 
 
 # ---- on the host -----------------------------------------------------------------------
@@ -107,6 +108,8 @@ def test_declines_what_it_does_not_cover(cp):
     assert att.run(cp, q[:, :, ::2], kv[:, :, ::2], kv) is None    # not C-contiguous
     assert att.run(cp, q.astype(np.float16), kv, kv) is None       # mixed or f16
     assert att.run(cp, q, kv, np.zeros((2, 5, 257), np.float32)) is None   # dv > 256
+    big = np.zeros((1, 2, 256), np.float32)
+    assert att.run(cp, big, big, big) is None                      # past the shared memory
 
 
 def test_step_code_runs_the_fused_kernel_forward_and_reverse(cp, tmp_path):
