@@ -16,6 +16,7 @@ import time
 import numpy as np
 
 from ..diagnostics import AdcError
+from ..frontend.importer.losses import LOSSES
 from .anomaly import add_anomaly_argument
 from .remat import _policy_text
 
@@ -108,6 +109,9 @@ def add_train_command(subparsers, common, names_list) -> None:
                    help="training data: one array per non-param input, by name; or a "
                         "folder of NAME.npy files or .npz shards, memory-mapped (data "
                         "bigger than memory, docs/training.md)")
+    g.add_argument("--loss", choices=sorted(LOSSES),
+                   help="with an ONNX model as FILE: import it (as adc import does) and "
+                        "train this loss of its output against the data's 'target'")
     g.add_argument("--val", metavar="VAL.npz",
                    help="validation data, evaluated at each epoch's end with the forward "
                         "program only")
@@ -253,12 +257,23 @@ def _train(args, comm) -> int:
     for option, path in (("--save", args.save), ("--checkpoint", args.checkpoint),
                          ("--log", args.log), ("--plot", args.plot)):
         _check_folder(option, path)
-    module = load_module(args.file)
+    imported = None
+    if args.file.endswith(".onnx"):
+        module, imported = _import_model(args)
+    else:
+        if args.loss:
+            args.parser.error("--loss is for an ONNX model (adc train MODEL.onnx --loss "
+                              "NAME); a TDSL program writes its own loss")
+        module = load_module(args.file)
     if args.fn is None:
         args.fn = _the_loss(module, args.file, args.metric)
     data = load_arrays(args.data, "training data", folder=True)
     val = load_arrays(args.val, "validation data", folder=True) if args.val else None
     init = load_arrays(args.init, "--init") if args.init else None
+    if imported is not None:   # the model's own initializers, under those --init gives
+        init = {**imported.params, **imported.state, **(init or {})}
+        if args.wrt is None:
+            args.wrt = imported.trained    # constants the import computed stay as they are
 
     log = open_log(args.log, append=bool(args.resume)) if args.log else None
     failed: list[str] = []   # a log or a plot that could not be written: said at the end
@@ -358,6 +373,20 @@ def _train(args, comm) -> int:
 def _why(e: Exception) -> str:
     """The reason an output could not be written, in a few words."""
     return getattr(e, "message", None) or getattr(e, "strerror", None) or str(e)
+
+
+def _import_model(args):
+    """An ONNX model imported for training: its compiled program (with a function
+    ``loss``, trained by default) and the `Imported` holding its initial parameters."""
+    from ..frontend.onnx import from_onnx
+    from ..memory.limit import current_limit
+    if not args.loss:
+        raise AdcError(f"{args.file}: an imported model has no loss to train: give --loss "
+                       f"({' or '.join(sorted(LOSSES))})")
+    imported = from_onnx(args.file, loss=args.loss, max_memory=current_limit())
+    if args.fn is None:
+        args.fn = "loss"
+    return imported.module, imported
 
 
 def _the_loss(module, path: str, metrics) -> str | None:
