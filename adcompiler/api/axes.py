@@ -114,8 +114,7 @@ def _resolve(given: dict, inputs: list[str], stacks: Mapping, fn) -> dict[str, i
     for path, axis in given.items():
         base, idx = _parse(path, stacks)
         below = [k for k in inputs if k == base or k.startswith(base + ".")]
-        if not below or any(i >= _length(base, n, stacks) for n, i in _levels(base, idx,
-                                                                              stacks)):
+        if not below or any(i >= _length(stacks[n]) for n, i in _levels(base, idx, stacks)):
             shown = ", ".join(split_names(fn, inputs) if fn is not None else inputs)
             raise TypeError(f"in_axes: '{path}' is not an input (inputs: {shown})")
         for k in below:
@@ -138,9 +137,8 @@ def _levels(base: str, idx: tuple, stacks: Mapping) -> list[tuple[str, int]]:
     return list(zip(mine, idx))
 
 
-def _length(base: str, stack: str, stacks: Mapping) -> int:
+def _length(n) -> int:
     """A stack's length where it is a number (a symbolic one bounds nothing here)."""
-    n = stacks[stack]
     return n if _axis(n) else 1 << 62
 
 
