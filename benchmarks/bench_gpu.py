@@ -188,7 +188,8 @@ class Clock:
 # ---- adc -----------------------------------------------------------------------------
 
 def run_adc(model: str, sizes: dict, remat: str, clock_for, gpu: bool,
-            executor: str = "step", graphs: bool = False, dtype: str = "f32") -> Row:
+            executor: str = "step", graphs: bool = False, dtype: str = "f32",
+            fused_attention: bool = True) -> Row:
     from adcompiler.cli.remat import apply_remat
     from adcompiler.emit.cuda import ensure_fused, kernel_specs
     from adc_runtime.executor import Executor
@@ -218,8 +219,10 @@ def run_adc(model: str, sizes: dict, remat: str, clock_for, gpu: bool,
         def stepper(kind):
             module, name = programs[kind]
             fn = module[name]
-            ex = CudaStepExecutor(module, cp, {}, kernel_specs(module), graphs=graphs) \
-                if executor == "step" else CudaExecutor(module, cp, {}, kernel_specs(module))
+            ex = CudaStepExecutor(module, cp, {}, kernel_specs(module), graphs=graphs,
+                                  fused_attention=fused_attention) if executor == "step" \
+                else CudaExecutor(module, cp, {}, kernel_specs(module),
+                                  fused_attention=fused_attention)
             executors[kind] = ex
             args = [arrays[a.name] for a in fn.args]
             return lambda: ex.call(fn, args)
@@ -236,7 +239,8 @@ def run_adc(model: str, sizes: dict, remat: str, clock_for, gpu: bool,
         to_numpy = np.asarray
 
     if gpu:
-        label += f" ({executor}{', graphs' if graphs else ''})"
+        label += f" ({executor}{', graphs' if graphs else ''}" \
+                 f"{'' if fused_attention else ', library attention'})"
     row = Row(model, label)
     steps = {kind: stepper(kind) for kind in ("fwd", "grad")}
     compile_s += clock.warm(steps["fwd"]) + clock.warm(steps["grad"])
@@ -497,6 +501,9 @@ def main(argv=None) -> int:
                         "why)")
     p.add_argument("--executor", choices=("step", "interp"), default="step",
                    help="adc on the GPU: generated step code (default) or the interpreter")
+    p.add_argument("--attention", choices=("fused", "library"), default="fused",
+                   help="adc on the GPU: attention by its fused kernel (default) or by "
+                        "cuBLAS and CuPy's softmax")
     p.add_argument("--graphs", action="store_true",
                    help="capture runs of generated kernels into CUDA graphs")
     p.add_argument("--launches", action="store_true",
@@ -531,7 +538,7 @@ def main(argv=None) -> int:
         if "adc" in runners:
             for remat in REMAT.get(model, ("none",)):
                 rows.append(run_adc(model, sizes, remat, clock_for, gpu, args.executor,
-                                    args.graphs, args.dtype))
+                                    args.graphs, args.dtype, args.attention == "fused"))
         if installed("torch"):
             if "torch" in runners:
                 rows.append(run_torch(model, sizes, False, clock_for, gpu, dtype=args.dtype))

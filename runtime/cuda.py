@@ -170,16 +170,19 @@ class CudaExecutor(Executor):
     """The executor with generated kernels for fused ops (`specs`: fused op -> KernelSpec)
     and, with `rows`, the row kernels of `adc_runtime.cuda_rows` for softmax, log_softmax,
     cross_entropy, layernorm and rmsnorm along a contiguous last axis and the fused kernel
-    of `adc_runtime.cuda_attention` for attention (f32, f64).
+    of `adc_runtime.cuda_attention` for attention (f32, f64); without `fused_attention`,
+    attention runs CuPy's library (cuBLAS and the softmax), to compare the two.
 
     A fused op without a spec runs op by op, like on NumPy."""
 
     def __init__(self, module, cupy, dims: Mapping[str, int] | None = None,
-                 specs: Mapping | None = None, rows: bool = True):
+                 specs: Mapping | None = None, rows: bool = True,
+                 fused_attention: bool = True):
         super().__init__(module, cupy, dims)
         self.specs = dict(specs or {})
-        # softmax, log_softmax, cross_entropy and layernorm by row kernels (RawModule)
+        # the row kernels and the attention kernel (RawModule)
         self.rows = rows and hasattr(cupy, "RawModule")
+        self.fused_attention = fused_attention
         # kernels launched by this executor (``adc``: generated and row kernels) and ops
         # handed to CuPy's library (``library``: one or more kernels or a cuBLAS call each)
         self.launches = {"adc": 0, "library": 0}
@@ -191,13 +194,18 @@ class CudaExecutor(Executor):
             if key not in self._consts:
                 self._consts[key] = super().run_op(op, env)[0]
             return [self._consts[key]]
-        if op.name in KERNEL_OPS and self.rows:
+        if self.own_kernel(op):
             r = self.run_row(op, [env[v] for v in op.operands])
             if r is not None:
                 return [r]
         if op.name not in NOT_LIBRARY:
             self.launches["library"] += 1
         return super().run_op(op, env)
+
+    def own_kernel(self, op) -> bool:
+        """Whether `op` is tried by a kernel of this package (`run_row`) first."""
+        return op.name in KERNEL_OPS and self.rows and (
+            op.name != "attention" or self.fused_attention)
 
     def run_row(self, op, args):
         """`op` by its one-launch kernel (`adc_runtime.cuda_rows`, `adc_runtime.cuda_attention`)

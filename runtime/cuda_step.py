@@ -36,7 +36,7 @@ import itertools
 
 from . import cuda_multi, cuda_row_groups, row_fusion
 from .buffers import value_nbytes
-from .cuda import KERNEL_OPS, NOT_LIBRARY, CudaExecutor, _check_extremum
+from .cuda import NOT_LIBRARY, CudaExecutor, _check_extremum
 from .executor import Executor, RunError
 from .kernels import BUILTIN, DTYPES
 from .liveness import last_uses
@@ -49,8 +49,8 @@ class CudaStepExecutor(CudaExecutor):
     """A `CudaExecutor` that runs each function as generated code (module doc)."""
 
     def __init__(self, module, cupy, dims=None, specs=None, rows: bool = True,
-                 graphs: bool = False):
-        super().__init__(module, cupy, dims, specs, rows)
+                 graphs: bool = False, fused_attention: bool = True):
+        super().__init__(module, cupy, dims, specs, rows, fused_attention)
         self.graphs = graphs
         self._programs: dict = {}
         self._segments: list = []
@@ -84,7 +84,7 @@ class CudaStepExecutor(CudaExecutor):
         count = self.launches
         if spec is not None:
             return self._fused_launcher(op, spec)
-        if op.name in KERNEL_OPS and self.rows:
+        if self.own_kernel(op):
             generic = self._table_launcher(op)
 
             def row(*args):

@@ -137,3 +137,13 @@ def test_step_code_runs_the_fused_kernel_forward_and_reverse(cp, tmp_path):
         for g, w in zip(got, want):
             np.testing.assert_allclose(np.asarray(g, np.float64), w, rtol=2e-5,
                                        atol=2e-6 * np.max(np.abs(w)))
+    # without the fused kernel, attention runs the library's products and softmax
+    del cp.launches[:]
+    ex = cuda_step.CudaStepExecutor(fused, cp, {"B": 2}, kernel_specs(fused),
+                                    fused_attention=False)
+    fn = fused[comp.run_name]
+    library = ex.call(fn, [data[a.name] for a in fn.args])
+    assert ("adc_attention_fwd", "raw") not in cp.launches
+    for g, w in zip(library, want):
+        np.testing.assert_allclose(np.asarray(g, np.float64), w, rtol=2e-5,
+                                   atol=2e-6 * np.max(np.abs(w)))
