@@ -11,7 +11,8 @@
 #   6. the same with the runs of generated kernels captured as CUDA graphs (--graphs, adc
 #      only), its table in OUT's stem + -graphs.md;
 #   7. the 12-block GPT and the CNN (PyTorch with and without cuDNN), in OUT's stem +
-#      -models.md;
+#      -models.md, and adc's GPT with attention by the library rather than its fused
+#      kernel, in OUT's stem + -attention.md;
 #   8. the transformer block and the GPT in bf16 (adc's row says why it does not run), in
 #      OUT's stem + -bf16.md;
 #   9. the GPT's gradient under a sweep of memory budgets, predicted against measured peak
@@ -67,8 +68,8 @@ done
 STEM="${OUT%.md}"
 LOG="$STEM-pytest.log"
 # seconds each measuring step may take (the whole run stays under nine minutes)
-LIMIT_TESTS=90 LIMIT_BENCH=130 LIMIT_GRAPHS=40 LIMIT_MODELS=95 LIMIT_BF16=40 LIMIT_SWEEP=70
-LIMIT_TRAIN=60
+LIMIT_TESTS=90 LIMIT_BENCH=125 LIMIT_GRAPHS=35 LIMIT_MODELS=95 LIMIT_ATTENTION=30
+LIMIT_BF16=35 LIMIT_SWEEP=65 LIMIT_TRAIN=60
 
 # run (or, with --dry-run, print) one step
 step() {
@@ -137,6 +138,8 @@ timed "the benchmark with CUDA graphs" "$LIMIT_GRAPHS" "$RUN" benchmarks/bench_g
 echo "== 7. the GPT and the CNN: $STEM-models.md"
 timed "the GPT and CNN benchmark" "$LIMIT_MODELS" "$RUN" benchmarks/bench_gpu.py --models gpt,cnn \
     --out "$STEM-models.md" $BENCH_ARGS
+timed "the GPT with library attention" "$LIMIT_ATTENTION" "$RUN" benchmarks/bench_gpu.py \
+    --models gpt --runners adc --attention library --out "$STEM-attention.md" $BENCH_ARGS
 echo "== 8. bf16: $STEM-bf16.md"
 timed "the bf16 benchmark" "$LIMIT_BF16" "$RUN" benchmarks/bench_gpu.py --dtype bf16 \
     --models transformer_block,gpt --out "$STEM-bf16.md" $BENCH_ARGS

@@ -41,12 +41,14 @@ def test_dry_run_prints_every_step_in_order(tmp_path):
         f"{py} -m pip install -q -e .[test,cuda]",
         steps[4],
         f"timeout 90 {py} -m pytest -m cuda -q -rs | tee {stem}-pytest.log",
-        f"timeout 130 {bench} --out {out} --steps 5 --repeats 3",
-        f"timeout 40 {bench} --graphs --runners adc --out {stem}-graphs.md --steps 5 --repeats 3",
+        f"timeout 125 {bench} --out {out} --steps 5 --repeats 3",
+        f"timeout 35 {bench} --graphs --runners adc --out {stem}-graphs.md --steps 5 --repeats 3",
         f"timeout 95 {bench} --models gpt,cnn --out {stem}-models.md --steps 5 --repeats 3",
-        f"timeout 40 {bench} --dtype bf16 --models transformer_block,gpt --out {stem}-bf16.md "
+        f"timeout 30 {bench} --models gpt --runners adc --attention library --out "
+        f"{stem}-attention.md --steps 5 --repeats 3",
+        f"timeout 35 {bench} --dtype bf16 --models transformer_block,gpt --out {stem}-bf16.md "
         "--steps 5 --repeats 3",
-        f"timeout 70 {py} benchmarks/memory_budget_sweep.py --out {stem}-memory-budget.md",
+        f"timeout 65 {py} benchmarks/memory_budget_sweep.py --out {stem}-memory-budget.md",
         f"timeout 60 {py} benchmarks/bench_train.py --gpu --size full --models "
         f"mlp,transformer_block,gpt --runners adc,torch,jax --out {stem}-train.md "
         "--steps 5 --repeats 3"]
@@ -77,7 +79,7 @@ def test_no_install_runs_every_step_with_the_given_python(tmp_path):
     r = run("--no-install", "--python", str(fake / "py"), "--out", str(out), path=fake)
     assert r.returncode == 0, r.stderr
     calls = log.read_text().splitlines()
-    assert [c.split()[0] for c in calls] == ["-c", "-m", *["benchmarks/bench_gpu.py"] * 4,
+    assert [c.split()[0] for c in calls] == ["-c", "-m", *["benchmarks/bench_gpu.py"] * 5,
                                              "benchmarks/memory_budget_sweep.py",
                                              "benchmarks/bench_train.py"]
     assert "status 0" in r.stdout and not (tmp_path / "env").exists()
