@@ -88,3 +88,26 @@ def test_a_bad_role_is_a_located_error(text, message):
 def _lark_compile(text):
     from adcompiler.frontend.tdsl import lower_module
     return lower_module(parse_lark(text, "r.tdsl"), "r.tdsl")
+
+
+def test_a_param_passed_to_a_declared_parameter_takes_its_role():
+    m = compile_source("""
+def scale(x: f32[B, 3], param s: f32[3] @gain) -> f32[B, 3] { return x * s }
+def shift(x: f32[B, 3], param t: f32[3] @bias) -> f32[B, 3] { return x + t }
+def inner(x: f32[B, 3], k: f32[3]) -> f32[B, 3] { return scale(x, k) }   # a helper
+def loss(x: f32[B, 3], param k: f32[3], param c: f32[3], d: f32[3]) -> f32 {
+    return sum(shift(inner(x, k), c) + shift(x, d))
+}
+""")
+    # through two calls (a helper's input too); initialization asks for the params only
+    assert m["loss"].attrs["roles"] == {"k": "gain", "c": "bias", "d": "bias"}
+    assert m["inner"].attrs["roles"] == {"k": "gain"}
+    drawn = draw_params(m["loss"], ["k", "c"], {"B": 2}, "torch", 0, m)
+    assert np.all(drawn["k"] == 1) and np.all(drawn["c"] == 0)
+    with pytest.raises(AdcError, match="'k' takes @gain from 'scale', but 'shift' declares "
+                       "its input 't' @bias"):
+        compile_source("""
+def scale(x: f32[3], param s: f32[3] @gain) -> f32[3] { return x * s }
+def shift(x: f32[3], param t: f32[3] @bias) -> f32[3] { return x + t }
+def loss(x: f32[3], param k: f32[3]) -> f32 { return sum(shift(scale(x, k), k)) }
+""")

@@ -2,7 +2,8 @@
 parameter starts (`adcompiler.training.init`), over the role read from its uses.
 
 The function's ``roles`` attribute maps each IR input with a declared role to it
-(``{"m.l1.W": "weight"}``). A role that is not one of `ROLES`, two roles on one
+(``{"m.l1.W": "weight"}``); an input passed to a function whose parameter declares a role
+takes that role. A role that is not one of `ROLES`, two roles on one
 declaration, a role on a data or state input or on a group, and a tensor passed to a call
 whose parameter declares another role are errors at the annotation or the call.
 """
@@ -41,24 +42,37 @@ def no_role(t: ast.TypeExpr, what: str, error) -> None:
 
 
 def check_call_roles(module) -> None:
-    """A tensor input declared with a role, passed to a parameter of a called function
-    declared with another: an error at the call."""
+    """Roles across calls: an input passed to a parameter of a called function that declares
+    a role takes that role when it has none of its own (through helpers that do not mark
+    their inputs ``param``, to a fixed point; initialization asks only for the params'); a
+    role declared, or taken from another call, that differs is an error at the call."""
     from ...diagnostics import AdcError
-    for fn in module.functions.values():
-        mine = fn.attrs.get("roles", {})
-        if not mine:
-            continue
-        by_value = {a: a.name for a in fn.body.args if a.name in mine}
-        for op in fn.walk():
-            callee = module.functions.get(op.attrs.get("callee")) if op.name == "call" \
-                else None
-            theirs = callee.attrs.get("roles", {}) if callee is not None else {}
-            for v, param in zip(op.operands, callee.arg_names if theirs else ()):
-                while getattr(v, "defining_op", None) is not None and \
-                        v.defining_op.name == "index":   # a layer of a stacked leaf
-                    v = v.defining_op.operands[0]
-                name = by_value.get(v)
-                if name is not None and param in theirs and theirs[param] != mine[name]:
-                    raise AdcError(f"'{name}' is declared @{mine[name]}, but "
-                                   f"'{callee.name}' declares its input '{param}' "
-                                   f"@{theirs[param]}", op.loc)
+    taken: dict = {}   # (function, input) -> the callee it took its role from
+    changed = True
+    while changed:
+        changed = False
+        for fn in module.functions.values():
+            mine = dict(fn.attrs.get("roles", {}))
+            by_value = {a: a.name for a in fn.body.args}
+            for op in fn.walk():
+                callee = module.functions.get(op.attrs.get("callee")) \
+                    if op.name == "call" else None
+                theirs = callee.attrs.get("roles", {}) if callee is not None else {}
+                for v, param in zip(op.operands, callee.arg_names if theirs else ()):
+                    while getattr(v, "defining_op", None) is not None and \
+                            v.defining_op.name == "index":   # a layer of a stacked leaf
+                        v = v.defining_op.operands[0]
+                    name = by_value.get(v)
+                    if name is None or param not in theirs:
+                        continue
+                    if name not in mine:
+                        mine[name] = theirs[param]
+                        taken[fn.name, name] = callee.name
+                        changed = True
+                    elif mine[name] != theirs[param]:
+                        how = f"takes @{mine[name]} from '{taken[fn.name, name]}'" \
+                            if (fn.name, name) in taken else f"is declared @{mine[name]}"
+                        raise AdcError(f"'{name}' {how}, but '{callee.name}' declares its "
+                                       f"input '{param}' @{theirs[param]}", op.loc)
+            if mine:
+                fn.attrs["roles"] = mine
