@@ -97,12 +97,11 @@ class CallLowering:
         if len(self.keys.entries) > 1:
             raise self.error(f"function '{fn.name}' has state inputs and cannot be called in "
                              f"a loop body", e.op_span)
-        # the declared inputs by place: a group is one argument of the call
-        declared = [d.name for d in self.group_decls[fn.name]] if fn.name in self.group_decls \
-            else fn.arg_names
+        if fn.name in self.group_decls:   # a group is one argument; it may hold state
+            return self.group_state_targets(e, fn, self.group_decls[fn.name])
         targets = []
         for name in state:
-            a = e.args[declared.index(name)]
+            a = e.args[fn.arg_names.index(name)]
             if not isinstance(a, ast.Name):
                 raise self.error(f"the argument of state input '{name}' of '{fn.name}' must "
                                  f"be a name, which the call binds to the new state", a.span)

@@ -172,14 +172,6 @@ class FunctionLowerer(ExprLowering, CallLowering, GroupLowering, GroupState):
             v.name = t.name
         self.scope.vars[t.name] = Binding(v, t.span)
 
-    def state_targets(self, e, fn) -> list:
-        """What a call of `fn` rebinds to its new state (`CallLowering.state_targets`; for
-        a function with group inputs, `GroupState.group_state_targets`)."""
-        decls = self.group_decls.get(fn.name)
-        if decls is None or not fn.attrs.get("state"):
-            return super().state_targets(e, fn)
-        return self.group_state_targets(e, fn, decls)
-
     # ---- loops -----------------------------------------------------------------------
     def loop(self, st: ast.For) -> None:
         if self.depth + 3 > MAX_DEPTH:

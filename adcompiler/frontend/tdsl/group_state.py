@@ -64,12 +64,9 @@ class GroupState:
         return type(binding)(g.leaves[rest], binding.span)
 
     def group_state_targets(self, e: ast.Call, fn, decls: list) -> list:
-        """The targets a call of `fn` (with group inputs) rebinds to its new state: the
-        name passed for a state input, ``PATH.FIELD`` for a state field of a group passed
-        by its path (``m.c1``)."""
-        if len(self.keys.entries) > 1:
-            raise self.error(f"function '{fn.name}' has state inputs and cannot be called in "
-                             f"a loop body", e.op_span)
+        """The targets a call of `fn` (with group inputs, `decls`) rebinds to its new state:
+        the name passed for a state input, ``PATH.FIELD`` for a state field of a group
+        passed by its path (``m.c1``)."""
         targets = []
         for name in fn.attrs["state"]:
             k, leaf = next((k, n[len(d.name) + 1:]) for k, d in enumerate(decls)
