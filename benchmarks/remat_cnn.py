@@ -15,9 +15,10 @@ the model's own (ConstantOfShape); the data is seeded standard normal.
 Per budget, from `min-memory`'s peak to store-all: the schedule's predicted peak and the
 peak measured by running the step once (they must be equal: a difference stops the
 benchmark), the recomputed FLOPs over the forward FLOPs, the step's time over store-all's
-(one run each), the schedule's solve time, what is proven about it and a lower bound on the
-recomputation any schedule of adc's clone model needs at that budget (`remat.bound`), with
-the schedule's gap to it. Memory is given as a share of store-all's peak, and as a share of
+(CPU seconds, the lesser of two runs), the schedule's solve time
+(wall and CPU seconds), what is proven about it and a lower bound on the recomputation
+any schedule of adc's clone model needs at that budget (`remat.bound`), with the
+schedule's gap to it. Memory is given as a share of store-all's peak, and as a share of
 its activations: the peak over the bytes that do not grow with the batch (weights,
 gradients), estimated as ``2 peak(B) - peak(2B)`` of store-all, the form comparable with
 MONeT's batch of 184. For VGG-19 also the largest batch whose `min-memory` (and Chen's
@@ -118,10 +119,12 @@ def timed(fn, *args):
 
 
 def run_step(step: Step, module) -> tuple[int, float]:
+    """The measured peak and the CPU seconds of one run (on one BLAS thread the CPU time
+    is the work done; on a shared machine the wall time mostly measures the other jobs)."""
     from adc_runtime.executor import run_function
-    start = time.perf_counter()
+    start = time.process_time()
     _, rs = run_function(module, step.fn, step.inputs)
-    return rs["peak_bytes"], time.perf_counter() - start
+    return rs["peak_bytes"], time.process_time() - start
 
 
 def row(step: Step, policy, run: bool, base_time: float | None) -> dict:
@@ -138,9 +141,10 @@ def row(step: Step, policy, run: bool, base_time: float | None) -> dict:
         lb = recompute_bound(prob, policy.budget)
         r["bound"] = None if lb is None else lb / st["forward_flops"]
     if run:
+        # the first run of a module prepares it (its buffers planned, its ops specialized:
+        # about a second for DenseNet's 4,000 ops), so the lesser of two runs counts
         r["measured"], r["time"] = run_step(step, sched.module)
-        if base_time is None:        # store-all: the first run warms up, the second counts
-            r["time"] = min(r["time"], run_step(step, sched.module)[1])
+        r["time"] = min(r["time"], run_step(step, sched.module)[1])
         if r["measured"] != r["peak"]:
             raise SystemExit(f"{step.name} {policy}: predicted peak {r['peak']:,} but "
                              f"measured {r['measured']:,}")
@@ -160,7 +164,7 @@ def sweep(name: str, batch: int, points: int, run: bool, log=print) -> dict:
     log(f"{name} batch {batch}: store-all {hi:,} bytes ({fixed:,} fixed), min-memory "
         f"{lo['peak']:,} in {lo['solve_wall']:.1f} s")
     budgets = {lo["peak"] + (hi - lo["peak"]) * k // (points - 1) for k in range(1, points - 1)}
-    if name == "resnet50" or points <= 3:
+    if name == "resnet50":
         budgets |= {int(fixed + f * (hi - fixed)) for f, _, _ in MONET}
     rows = []
     for b in sorted(x for x in budgets if lo["peak"] <= x < hi):
@@ -203,7 +207,7 @@ def _cell(x, fmt="{:.2f}"):
 
 def table(results: list[dict], batches: list[tuple], quick: bool) -> str:
     lines = ["| model (batch) | budget | predicted peak = measured | of store-all | of its "
-             "activations | recompute (of a forward) | lower bound | step time (of store-all) "
+             "activations | recompute (of a forward) | lower bound | step CPU time (of store-all) "
              "| solve s (CPU) | solver, guarantee |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for res in results:
