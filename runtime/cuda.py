@@ -43,8 +43,8 @@ from typing import Any, Mapping
 
 from .errors import InternalError
 from .executor import Executor, Runner, RunError
-from .kernels import DTYPES, PLUGIN_OPS
-from . import cuda_attention, cuda_rows
+from .kernels import BUILTIN, DTYPES, PLUGIN_OPS
+from . import cuda_attention, cuda_row_groups, cuda_rows, row_fusion
 
 _KERNELS: dict[tuple, Any] = {}
 # ops that launch nothing themselves: views, constants, and ops that run other ops
@@ -183,12 +183,15 @@ class CudaExecutor(Executor):
         # the row kernels and the attention kernel (RawModule)
         self.rows = rows and hasattr(cupy, "RawModule")
         self.fused_attention = fused_attention
+        self._host_consts = None   # the module's 0-d constants on the host, for row_groups
         # kernels launched by this executor (``adc``: generated and row kernels) and ops
         # handed to CuPy's library (``library``: one or more kernels or a cuBLAS call each)
         self.launches = {"adc": 0, "library": 0}
         self._consts: dict[tuple, Any] = {}
 
     def run_op(self, op, env) -> list:
+        if type(op) is GroupStep:
+            return self.run_group(op.group, [env[v] for v in op.operands], env)
         if op.name == "const" and not op.operands:
             key = (repr(op.attrs["value"]), op.attrs["dtype"])
             if key not in self._consts:
@@ -201,6 +204,49 @@ class CudaExecutor(Executor):
         if op.name not in NOT_LIBRARY:
             self.launches["library"] += 1
         return super().run_op(op, env)
+
+    def row_groups(self, block) -> dict:
+        """op index -> its row adjoint group (`adc_runtime.cuda_row_groups`) in `block`."""
+        if self._host_consts is None:
+            self._host_consts = cuda_row_groups.host_consts(
+                op for fn in self.module.functions.values() for op in fn.walk())
+        return row_fusion.plan(
+            block, self._resolve, self._host_consts,
+            skip=lambda op: op.name == "const" and not op.operands,
+            exclude=lambda op: op.name not in BUILTIN or op.name == "fused",
+            memory=lambda v: ("new", None), match=cuda_row_groups.match(self.xp))
+
+    def run_group(self, group, args: list, env) -> list:
+        """The row adjoint `group` on its input arrays `args` by its kernel into its
+        outputs' planned buffers; where the kernel declines, its ops one by one (`env`
+        holds the constants they read)."""
+        got = group.run(*args, *[self._views.get(r) for r in group.outputs])
+        if got is not None:
+            self.launches["adc"] += 1
+            return list(got)
+        local = {**env, **dict(zip(group.inputs, args))}
+        for op in group.ops:
+            local.update(zip(op.results, CudaExecutor.run_op(self, op, local)))
+        return [local[v] for v in group.outputs]
+
+    def _schedule(self, block, borrowed=frozenset()):
+        """The interpreter's schedule, each row adjoint group of `block` one step at its
+        last op (its inputs freed after it, its inner values never made)."""
+        dead_args, steps = super()._schedule(block, borrowed)
+        groups = self.row_groups(block) if self.rows else {}
+        if not groups:
+            return dead_args, steps
+        out, pending = [], []
+        for k, (op, dead, keep) in enumerate(steps):
+            group = groups.get(k)
+            if group is None:
+                out.append((op, dead, keep))
+                continue
+            pending += [v for v in dead if v not in group.inner]
+            if k == group.last:
+                out.append((GroupStep(group), tuple(pending), None))
+                pending = []
+        return dead_args, out
 
     def own_kernel(self, op) -> bool:
         """Whether `op` is tried by a kernel of this package (`run_row`) first."""
@@ -281,6 +327,16 @@ class CudaExecutor(Executor):
         out = self.xp.empty(kept, dtype=dtype)
         kern(*ins, out, axis=axes, keepdims=True)
         return out.reshape(target)
+
+
+class GroupStep:
+    """A row adjoint group as one step of the interpreter's schedule."""
+    name = "row_group"
+    regions: tuple = ()
+
+    def __init__(self, group):
+        self.group, self.operands, self.results = group, group.inputs, group.outputs
+        self.loc = group.ops[-1].loc
 
 
 def runner(module, fn_name: str, specs: Mapping | None = None, cupy=None) -> Runner:

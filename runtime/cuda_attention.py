@@ -22,8 +22,9 @@ The derivative rules of ``attention`` recompute the probabilities from q and k (
 ``adcompiler.ops.sdpa``), so the reverse sweep keeps q, k, v and the result, never a
 ``Tq x Tk`` matrix; this kernel removes the one the forward pass made.
 
-`run` declines (returns None, and the caller runs the table kernel) where the batch axes of
-q, k and v differ, an operand is not C-contiguous, the dtype is not f32/f64, ``dv`` is
+Operands that are not C-contiguous (einsum's results often are transposed views) are copied
+into row order first. `run` declines (returns None, and the caller runs the table kernel)
+where the batch axes of q, k and v differ, the dtype is not f32/f64, ``dv`` is
 above ``32 * MAX_COLUMNS`` or the tiles do not fit the shared memory (`shared_elements`). CuPy is
 never imported here.
 """
@@ -149,8 +150,9 @@ def run(cp, q, k, v, causal: bool = False, scale: float = 0.0, out=None) -> Any:
     batch = q.shape[:-2]
     if k.shape[:-2] != batch or v.shape[:-2] != batch or k.ndim != q.ndim or v.ndim != q.ndim:
         return None
-    if not (q.flags.c_contiguous and k.flags.c_contiguous and v.flags.c_contiguous):
-        return None
+    # operands made by einsum are often transposed views: copied into row order (three
+    # arrays of the inputs' size, where the library path makes Tq x Tk ones)
+    q, k, v = (a if a.flags.c_contiguous else cp.ascontiguousarray(a) for a in (q, k, v))
     tq, d = q.shape[-2:]
     tk, dv = v.shape[-2:]
     if dv > 32 * MAX_COLUMNS or shared_elements(d, dv) * q.dtype.itemsize > SHARED_BYTES \

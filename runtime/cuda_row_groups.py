@@ -4,10 +4,10 @@ row passes find them (`adc_runtime.row_patterns`).
 
 Fusion would split such an adjoint between a reduction kernel and elementwise kernels (its
 reductions close groups), so the CUDA path leaves the ops of every adjoint found by
-`structural_members` in a function body out of its groups (loop bodies run through the
-interpreter, op by op, and keep theirs fused) (``adcompiler.emit.cuda.ensure_fused`` with
-``rows=True``); generated step code (`adc_runtime.cuda_step`) then finds them again with the
-dimensions bound (`match`, through `adc_runtime.row_fusion.plan`) and runs each as one
+`structural_members` out of its groups (``adcompiler.emit.cuda.ensure_fused`` with
+``rows=True``); the CUDA executors then find them again with the dimensions bound (`match`,
+through `adc_runtime.row_fusion.plan`: generated step code in function bodies, the
+interpreter's schedule in loop bodies, `CudaExecutor.row_groups`) and run each as one
 launch at its last op, writing the values read after it: the adjoint, and for layernorm
 and rmsnorm the normalized x where the gamma gradient reads it.
 
@@ -30,10 +30,11 @@ from .row_patterns import group_outputs, match_tree
 NAMES = ("softmax", "layernorm", "rmsnorm")
 
 
-def host_consts(block) -> dict:
-    """value -> its NumPy array, for the 0-d ``const`` ops (no operands) of `block`."""
+def host_consts(ops) -> dict:
+    """value -> its NumPy array, for the 0-d ``const`` ops (no operands) among `ops` (a
+    function's walk: a loop body reads constants of the body around it)."""
     out = {}
-    for op in block.ops:
+    for op in ops:
         if op.name == "const" and not op.operands and op.results[0].type.rank == 0:
             out[op.results[0]] = numpy.asarray(op.attrs["value"],
                                                dtype=DTYPES[op.attrs["dtype"]])
@@ -73,10 +74,12 @@ def _reads(block):
     return read_at
 
 
-def structural_members(block) -> set:
+def structural_members(block, consts=None) -> set:
     """The ops of `block` (not of nested regions) that form a row adjoint whose values but
-    the adjoint (and the normalized x) are read only inside it, whatever the dimensions."""
-    consts, read_at = host_consts(block), _reads(block)
+    the adjoint (and the normalized x) are read only inside it, whatever the dimensions;
+    `consts` as `host_consts` gives them (default: those of `block`)."""
+    consts = host_consts(block.ops) if consts is None else consts
+    read_at = _reads(block)
     index = {op: k for k, op in enumerate(block.ops)}
     taken: set = set()
     for op in reversed(block.ops):

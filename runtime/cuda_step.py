@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import itertools
 
-from . import cuda_multi, cuda_row_groups, row_fusion
+from . import cuda_multi
 from .buffers import value_nbytes
 from .cuda import NOT_LIBRARY, CudaExecutor, _check_extremum
 from .executor import Executor, RunError
@@ -150,7 +150,7 @@ class CudaStepExecutor(CudaExecutor):
         ops = list(fn.body.ops)
         returned = set(ops[-1].operands) if ops and ops[-1].name == "return" else set()
         plan = self._plan(ops, returned)
-        rows = self._row_groups(fn) if self.rows else {}
+        rows = self.row_groups(fn.body) if self.rows else {}
         held: list = []
         for k, op in enumerate(ops):
             if op.name == "return":
@@ -200,32 +200,13 @@ class CudaStepExecutor(CudaExecutor):
         program.source = source
         return program
 
-    def _row_groups(self, fn) -> dict:
-        """op index -> its row adjoint group (`adc_runtime.cuda_row_groups`)."""
-        return row_fusion.plan(
-            fn.body, self._resolve, cuda_row_groups.host_consts(fn.body),
-            skip=lambda op: op.name == "const" and not op.operands,
-            exclude=lambda op: op.name not in BUILTIN or op.name == "fused",
-            memory=lambda v: ("new", None), match=cuda_row_groups.match(self.xp))
-
     def _row_launcher(self, group):
-        """The group's row kernel into its outputs' planned buffers; where it declines,
-        the group's ops one by one."""
-        bufs = [self._views.get(r) for r in group.outputs]
+        """The group's row kernel (`CudaExecutor.run_group`), the constants its ops read
+        bound once."""
         consts = {v: self.run_op(v.defining_op, {})[0] for op in group.ops
                   for v in op.operands if v.defining_op is not None
                   and v.defining_op.name == "const" and not v.defining_op.operands}
-
-        def launch(*args):
-            got = group.run(*args, *bufs)
-            if got is not None:
-                self.launches["adc"] += 1
-                return list(got)
-            env = {**consts, **dict(zip(group.inputs, args))}
-            for op in group.ops:
-                env.update(zip(op.results, CudaExecutor.run_op(self, op, env)))
-            return [env[v] for v in group.outputs]
-        return launch
+        return lambda *args: self.run_group(group, list(args), consts)
 
     def _interpreted(self, op) -> bool:
         return (op.name in INTERPRETED or op.name not in BUILTIN and op.name != "fused"

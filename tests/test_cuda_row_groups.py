@@ -172,3 +172,32 @@ def test_rmsnorm_adjoint_on_large_rows_and_its_normalized_x(cp):
     got64 = cuda_rows.rmsnorm_grad(cp, x64, gamma.astype(np.float64), ct.astype(np.float64),
                                    1e-5)
     np.testing.assert_allclose(got64, want, rtol=1e-11, atol=1e-13 * np.max(scale))
+
+
+LOOP = """
+def f(param x: f64[B, 24], param g: f64[L, 24], param b: f64[L, 24]) -> f64 {
+    h = x
+    for i in range(L) {
+        h = h + softmax(layernorm(h, g[i], b[i]), axis=-1)
+    }
+    return sum(h * h)
+}
+"""
+
+
+def test_adjoints_in_a_loop_body_run_as_row_kernels(cache, tmp_path):
+    """A loop body runs through the interpreter, whose schedule takes each row adjoint as
+    one step (its constants read from the function around the body)."""
+    path = tmp_path / "loop.tdsl"
+    path.write_text(LOOP)
+    comp = compile_program(str(path), "reverse", bind={"L": 3})
+    rng = np.random.default_rng(2)
+    data = {"x": rng.standard_normal((4, 24)), "g": rng.standard_normal((3, 24)),
+            "b": rng.standard_normal((3, 24))}
+    want = run_function(comp.module, comp.run_name, dict(data))[0]
+    cp = stand_in(cache)
+    got, ex = run_step(cp, comp, data)
+    names = [n for n, _ in cp.launches]
+    assert names.count("adc_row_layernorm_grad") == 3 and names.count("adc_row_softmax_grad") == 3
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12 * np.max(np.abs(w)))

@@ -301,17 +301,20 @@ def _stable_topo(units: list[tuple[int, Op]]) -> list[Op]:
     return order
 
 
-def fuse_block(block: Block, min_ops: int = 2, keep_rows: bool = False) -> None:
+def fuse_block(block: Block, min_ops: int = 2, keep_rows: bool = False,
+               consts: dict | None = None) -> None:
     """Fuse the elementwise ops of `block` and, first, of the loop bodies inside it; with
-    `keep_rows`, not the ops of row adjoints in `block` itself (see `Fuse`)."""
+    `keep_rows`, not the ops of row adjoints (see `Fuse`), whose constants are among
+    `consts` (``adc_runtime.cuda_row_groups.host_consts`` of the function)."""
     for op in block.ops:
         if not has_trait(op, "group"):
-            for r in op.regions:   # loop bodies run op by op: their adjoints are fused
-                fuse_block(r, min_ops)
+            for r in op.regions:
+                fuse_block(r, min_ops, keep_rows, consts)
     exclude: frozenset = frozenset()
     if keep_rows:   # the CUDA runtime's own patterns, which it matches again at run time
-        from adc_runtime.cuda_row_groups import structural_members
-        exclude = frozenset(structural_members(block))
+        from adc_runtime.cuda_row_groups import host_consts, structural_members
+        exclude = frozenset(structural_members(
+            block, host_consts(block.ops) if consts is None else consts))
     _BlockFuser(block, exclude).run(min_ops)
 
 
@@ -319,12 +322,16 @@ def fuse_block(block: Block, min_ops: int = 2, keep_rows: bool = False) -> None:
 @dataclass(frozen=True)
 class Fuse(FunctionPass):
     """Group chains and DAGs of elementwise ops into ``fused`` ops (see the module doc).
-    With `keep_rows`, the ops of the softmax, layernorm and rmsnorm adjoints in function
-    bodies, which the CUDA runtime's step code runs as one row kernel each
-    (``adc_runtime.cuda_row_groups``), stay out of groups."""
+    With `keep_rows`, the ops of the softmax, layernorm and rmsnorm adjoints, which the
+    CUDA runtime runs as one row kernel each (``adc_runtime.cuda_row_groups``), stay out of
+    groups."""
 
     min_ops: int = 2
     keep_rows: bool = False
 
     def run_on_function(self, fn: Function, module: Module) -> None:
-        fuse_block(fn.body, self.min_ops, self.keep_rows)
+        consts = None
+        if self.keep_rows:
+            from adc_runtime.cuda_row_groups import host_consts
+            consts = host_consts(fn.walk())
+        fuse_block(fn.body, self.min_ops, self.keep_rows, consts)
