@@ -23,16 +23,8 @@ from adc_runtime import cuda as backend, cuda_row_groups, cuda_rows, cuda_step  
 from adc_runtime.executor import run_function  # noqa: E402
 from adc_runtime.kernels import KERNELS  # noqa: E402
 from cuda_raw_host import with_raw_modules  # noqa: E402
+from cuda_cases import compiled, inputs  # noqa: E402
 
-PROGRAM = """
-def f(param x: {t}[B, 40], w: {t}[40, 40], param g1: {t}[40], param b1: {t}[40],
-      param g2: {t}[40]) -> {t} {{
-    h = layernorm(x, g1, b1)
-    p = softmax(h @ w, axis=-1)
-    r = rmsnorm(p + x, g2, eps=1e-5)
-    return sum(r * r)
-}}
-"""
 GRADS = {"adc_row_softmax_grad", "adc_row_layernorm_grad", "adc_row_rmsnorm_grad"}
 
 
@@ -48,20 +40,6 @@ def stand_in(cache):
     cp.launches = launches
     backend._KERNELS.clear()
     return cp
-
-
-def compiled(tmp_path, dtype):
-    path = tmp_path / f"rows_{dtype}.tdsl"
-    path.write_text(PROGRAM.format(t=dtype))
-    return compile_program(str(path), "reverse")
-
-
-def inputs(dtype, rows=3, seed=0):
-    rng = np.random.default_rng(seed)
-    t = np.float32 if dtype == "f32" else np.float64
-    return {"x": rng.standard_normal((rows, 40)).astype(t),
-            "w": rng.standard_normal((40, 40)).astype(t),
-            **{k: rng.standard_normal(40).astype(t) for k in ("g1", "b1", "g2")}}
 
 
 def run_step(cp, comp, data):
