@@ -125,3 +125,20 @@ def f(x: f64[2, 3, 9, 9], w: f64[4, 3, 3, 3], g: f64[2, 4, 5, 5]) -> f64 {
      * t["g"]).sum().backward()
     np.testing.assert_allclose(dx, t["x"].grad.numpy(), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(dw, t["w"].grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.dtype(">f4")])
+def test_dtypes_the_loops_do_not_take_run_the_numpy_form(monkeypatch, dtype):
+    """float16 and a swapped byte order: numba compiles neither, so the kernels run their
+    NumPy form even with the loops on."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 3, 6, 6)).astype(dtype)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(dtype)
+    g = rng.standard_normal((2, 4, 6, 6)).astype(dtype)
+    calls = [lambda: KERNELS["conv2d"](np, x, w, padding=1),
+             lambda: KERNELS["conv_input_grad"](np, g, w, (6, 6), padding=1),
+             lambda: KERNELS["conv_weight_grad"](np, x, g, (3, 3), padding=1),
+             lambda: KERNELS["max_pool2d_grad"](np, x, x[:, :, :3, :3], kernel=2)]
+    for call in calls:
+        plain, looped = both(monkeypatch, call)
+        assert np.array_equal(plain, looped)

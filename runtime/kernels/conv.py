@@ -95,7 +95,7 @@ def columns(xp, x, kernel, stride, pads, dilation, count, by_channel):
     """im2col: the windows of `x` padded by `pads`, ``[N, C, *kernel, *count]``, or
     ``[C, *kernel, N, *count]`` when `by_channel` (a weight's adjoint), contiguous."""
     n, (batch, c) = len(kernel), x.shape[:2]
-    if xp.__name__ == "numpy" and n <= 2 and loops.active():
+    if n <= 2 and loops.usable(xp, x):
         # one image plane at a time, the padding read as zeros (`loops`)
         shape = (c,) + tuple(kernel) + (batch,) + tuple(count) if by_channel \
             else (batch, c) + tuple(kernel) + tuple(count)
@@ -140,7 +140,7 @@ def conv_input_grad(xp, g, w, shape, stride=1, padding=0, dilation=1, groups=1):
     cols = cols.reshape((batch, c) + tuple(kernel) + tuple(count))
     full = tuple(s + lo + hi for s, (lo, hi) in zip(shape, pads))
     out = xp.zeros((batch, c) + full, dtype=g.dtype)
-    if xp.__name__ == "numpy" and n <= 2 and loops.active():
+    if n <= 2 and loops.usable(xp, cols, out):
         # one image plane at a time (`loops`): a conv1d's axis is the second of a 2-D one
         one = (1,) * (2 - n)
         loops.get("col2im")(cols.reshape((batch, c) + one + kernel + one + count),

@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import sys
 
+import numpy
+
 from .. import row_passes
 
 _jitted: dict = {}
 _INF = float("inf")
+_DTYPES = (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
 
 
 def active() -> bool:
@@ -30,6 +33,15 @@ def active() -> bool:
     if policy == "off" or (policy == "later" and "numba" not in sys.modules):
         return False
     return row_passes.enabled()
+
+
+def usable(xp, *arrays) -> bool:
+    """Whether the loops run on `arrays` now: NumPy arrays of one native float32 or
+    float64 dtype (numba compiles neither float16 nor a swapped byte order), and
+    `active`."""
+    dtype = arrays[0].dtype
+    return (xp.__name__ == "numpy" and dtype in _DTYPES
+            and all(a.dtype == dtype for a in arrays) and active())
 
 
 def _im2col(x, cols, by_channel, ph, pw, sh, sw, dh, dw):
