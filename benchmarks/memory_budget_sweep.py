@@ -7,12 +7,12 @@ For each budget (a fraction of the way from the least predicted peak any schedul
 remat ``min-memory``, at 0 to the predicted peak without rematerialization at 1, both of the
 unfused adjoint that the remat scheduler sees), the gradient of the model
 (benchmarks/models/, `bench_gpu` sizes) is scheduled with the remat policy ``budget:BYTES``
-and run once: on the GPU by generated step code (the program fused as ``adc run --device
-cuda`` fuses it), its peak measured by a memory hook on CuPy's pool with the inputs
-allocated inside it; on the CPU by the NumPy executor, whose live-byte accounting is the
-measurement. The prediction is `adcompiler.memory.liveness.predict_peak` of the program that
-ran. A budget below every schedule is reported as such (the smallest peak it can reach), not
-run.
+and run once: on the GPU by generated step code (the program fused as the library's
+``device="cuda"`` runner fuses it), its peak measured by a memory hook on CuPy's pool with
+the inputs allocated inside it; on the CPU by the NumPy executor, whose live-byte accounting
+is the measurement. The prediction is `adcompiler.memory.liveness.predict_peak` of the
+program that ran. A budget below every schedule is reported as such (the smallest peak it
+can reach), not run.
 
 The table gives, per budget, the predicted and measured peaks, their ratio, the recomputed
 FLOPs, and the run's time; the last lines say whether the measured peak is monotone in the
