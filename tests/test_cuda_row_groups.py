@@ -179,3 +179,18 @@ def test_adjoints_in_a_loop_body_run_as_row_kernels(cache, tmp_path):
     assert names.count("adc_row_layernorm_grad") == 3 and names.count("adc_row_softmax_grad") == 3
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12 * np.max(np.abs(w)))
+
+
+def test_the_interpreter_runs_them_too(cache, tmp_path):
+    """``adc run --device cuda``'s executor (the interpreter) takes each group of a function
+    body as one step of its schedule."""
+    comp = compiled(tmp_path, "f64")
+    data = inputs("f64")
+    want = run_function(comp.module, comp.run_name, dict(data))[0]
+    cp = stand_in(cache)
+    fused = ensure_fused(comp.module, rows=True)
+    got, _ = backend.run_function(fused, comp.run_name, dict(data), kernel_specs(fused),
+                                  cupy=cp)
+    assert GRADS <= {n for n, _ in cp.launches}
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12 * np.max(np.abs(w)))

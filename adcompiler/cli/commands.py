@@ -165,10 +165,11 @@ def cmd_run(args) -> int:
 
 
 def _run_cuda(comp, inputs: dict, dims: dict, cupy):
-    """Fuse the compiled program and run it on the GPU with its generated kernels."""
+    """Fuse the compiled program and run it on the GPU with its generated kernels (the
+    softmax and norm adjoints left to the row kernels)."""
     from adc_runtime.cuda import run_function as run_on_gpu
     from ..emit.cuda import ensure_fused, kernel_specs
-    module = ensure_fused(comp.module)
+    module = ensure_fused(comp.module, rows=True)
     return run_on_gpu(module, comp.run_name, inputs, kernel_specs(module), dims, cupy)
 
 
