@@ -1,12 +1,12 @@
 """Which ops of a function body the compiled executor runs as row passes (`row_passes`).
 
 A *group* is one forward op (``softmax``, ``log_softmax``, ``layernorm``, ``rmsnorm``,
-``gelu``, ``batchnorm`` and ``batchnorm_running`` in training) or the consecutive ops of one adjoint as its VJP rule writes it (`row_patterns`:
-softmax's, log-softmax's, cross-entropy's, layernorm's, rmsnorm's, both GELUs'), all run
-by one call at the group's last op. The call computes the values of the group that are
-read after it (its outputs) into their planned buffers or new arrays, the same bits as the
-ops' own kernels (`row_passes`; rmsnorm's forward pass within a documented rounding bound,
-`row_norms`).
+``gelu``, ``batchnorm`` and ``batchnorm_running`` in training) or the consecutive ops of
+one adjoint as its VJP rule writes it (`row_patterns`: softmax's, log-softmax's,
+cross-entropy's, layernorm's, rmsnorm's, both GELUs'), all run by one call at the group's
+last op. The call computes the values of the group that are read after it (its outputs)
+into their planned buffers or new arrays, the same bits as the ops' own kernels
+(`row_passes`; rmsnorm's forward pass within a documented rounding bound, `row_norms`).
 It declines, and the ops run one by one as before, when an operand is not C-contiguous
 (rows would not be rows) or a row is empty (the table kernels raise or warn there).
 
