@@ -416,19 +416,22 @@ def out_for(shape, dtype, operands, out):
 _MODULES: list = []   # (namespace, functions) of other modules' loops (`register`)
 
 
-def register(namespace: dict, functions) -> None:
+def register(namespace: dict, functions, helpers=()) -> None:
     """Loops of another module (`row_losses`, `row_gelu`, `row_norms`) that call the
-    helpers above: their module's `namespace` gets the compiled helpers, and `get` their
-    compiled forms."""
-    _MODULES.append((namespace, tuple(functions)))
+    helpers above or its own `helpers`: their module's `namespace` gets the compiled
+    helpers, and `get` their compiled forms."""
+    _MODULES.append((namespace, tuple(functions), tuple(helpers)))
     if _jitted:
-        _compile_module(namespace, functions)
+        _compile_module(namespace, functions, helpers)
 
 
-def _compile_module(namespace: dict, functions) -> None:
+def _compile_module(namespace: dict, functions, helpers=()) -> None:
     for f in _HELPERS:
         if f.__name__ in namespace:
             namespace[f.__name__] = globals()[f.__name__]
+    for f in helpers:
+        namespace[f.__name__] = _numba.njit(cache=True, nogil=True, error_model="numpy",
+                                            inline="always")(f)
     for f in functions:
         _jitted[f.__name__] = _numba.njit(cache=True, nogil=True, error_model="numpy")(f)
 
@@ -442,8 +445,8 @@ def _compile_all() -> None:
                                     inline="always")(f)
     for name, f in _FUNCTIONS.items():
         _jitted[name] = _numba.njit(cache=True, nogil=True, error_model="numpy")(f)
-    for namespace, functions in _MODULES:
-        _compile_module(namespace, functions)
+    for namespace, functions, helpers in _MODULES:
+        _compile_module(namespace, functions, helpers)
 
 
 def get(name: str):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy
 
-from . import row_gelu, row_losses, row_passes
+from . import row_gelu, row_losses, row_norms, row_passes
 from .kernels import DTYPES
 
 COMMUTATIVE = ("add", "mul")
@@ -49,6 +49,18 @@ LOG_SOFTMAX = ("sub", "ct", ("mul", ("exp", "y"), ("sum", "ct")))
 # softmax less the one-hot labels (the one_hot op stays outside: `row_losses`)
 CROSS_ENTROPY = ("mul", "cte", ("sub", "p", "oh"))
 
+BATCHNORM = ("mul", ("sub", ("sub", ("mul", "ct", "gr"), ("mul", "per", ("reshape_c", "db"))),
+                     ("mul", "xhat", ("mul", "per", ("reshape_c", "dg")))), "rstd")
+BATCHNORM_DEFS = {
+    "db": ("sum_c", "ct"),
+    "dg": ("sum_c", ("mul", "ct", "xhat")),
+    "per": ("div", "gr", ("c", "n")),
+    "gr": ("reshape_c", "gamma"),
+    "xhat": ("mul", "xc", "rstd"),
+    "rstd": ("rsqrt", ("add", ("mean_c", ("mul", "xc", "xc")), ("c", "eps"))),
+    "xc": ("sub", "x", ("mean_c", "x")),
+}
+
 GELU_ERF = ("mul", "ct", ("add", ("mul", ("c", "half"), ("add", ("c", "one"), "erf")),
                           ("mul", "x", ("mul", ("c", "c"), ("exp", ("mul", ("c", "mhalf"),
                                                                    ("square", "x")))))))
@@ -62,6 +74,42 @@ GELU_TANH_DEFS = {
     "t": ("tanh", ("mul", ("mul", ("c", "k"), "x"), ("add", ("c", "one"), ("mul", ("c", "a"), "sq")))),
     "sq": ("square", "x"),
 }
+
+
+# batchnorm's adjoint reduces over every axis but the channel's, and reshapes per-channel
+# vectors to lie along it: these names match such ops only, all with the same channel axis
+CHANNEL_OPS = {"mean_c": "mean", "sum_c": "sum", "reshape_c": "reshape"}
+
+
+def _channel_op(op, m) -> bool:
+    """Whether `op` is a `CHANNEL_OPS` op: a mean with keepdims or a sum without, over
+    every axis but one, or a reshape of a vector to that axis of a rank that agrees."""
+    if op.name == "reshape":
+        shape = op.attrs.get("shape")
+        if not isinstance(shape, (list, tuple)) or op.operands[0].type.rank != 1:
+            return False
+        axes = [k for k, d in enumerate(shape) if d != 1]
+        ok = len(axes) <= 1 and len(op.attrs) == 1
+        axis = axes[0] if axes else None
+        rank = len(shape)
+    else:
+        rank = op.operands[0].type.rank
+        reduced = op.attrs.get("axis")
+        if not isinstance(reduced, (list, tuple)) or set(op.attrs) != {"axis", "keepdims"} \
+                or bool(op.attrs["keepdims"]) != (op.name == "mean"):
+            return False
+        kept = set(range(rank)) - {a % rank for a in reduced}
+        ok = len(kept) == 1 and len(reduced) == rank - 1
+        axis = kept.pop() if ok else None
+    if not ok:
+        return False
+    seen = m.const.setdefault("channel:", (axis, rank))
+    if axis is None:
+        return seen[1] == rank
+    if seen[0] is None:
+        m.const["channel:"] = (axis, rank)
+        return seen[1] == rank
+    return seen == (axis, rank)
 
 
 class _Match:
@@ -101,10 +149,14 @@ def _match(pat, v, m: _Match):
         m.env.setdefault("const:" + pat[1], c)
         return m
     op = v.defining_op
-    if op is None or op.name != pat[0] or len(op.operands) != len(pat) - 1 \
+    if op is None or op.name != CHANNEL_OPS.get(pat[0], pat[0]) \
+            or len(op.operands) != len(pat) - 1 \
             or len(op.results) != 1 or op.regions or op in m.ops:
         return None
-    if op.name in REDUCTIONS:
+    if pat[0] in CHANNEL_OPS:
+        if not _channel_op(op, m):
+            return None
+    elif op.name in REDUCTIONS:
         axis = op.attrs.get("axis")
         rank = op.operands[0].type.rank
         if not op.attrs.get("keepdims") or axis not in (-1, rank - 1, [-1], [rank - 1]):
@@ -134,7 +186,7 @@ def _full(v, shape, dtype, resolve) -> bool:
 ADJOINTS = {"softmax": (SOFTMAX, {}), "layernorm": (LAYERNORM, LAYERNORM_DEFS),
             "rmsnorm": (RMSNORM, RMSNORM_DEFS), "gelu_tanh": (GELU_TANH, GELU_TANH_DEFS),
             "gelu_erf": (GELU_ERF, GELU_ERF_DEFS), "log_softmax": (LOG_SOFTMAX, {}),
-            "cross_entropy": (CROSS_ENTROPY, {})}
+            "cross_entropy": (CROSS_ENTROPY, {}), "batchnorm": (BATCHNORM, BATCHNORM_DEFS)}
 
 
 def match_tree(name: str, v, consts):
@@ -175,7 +227,8 @@ def match_adjoint(op, resolve, consts, read_at, index):
                        ("rmsnorm", _rmsnorm), ("gelu_tanh", _gelu_tanh),
                        ("gelu_erf", row_gelu.gelu_erf_adjoint),
                        ("log_softmax", row_losses.log_softmax_adjoint),
-                       ("cross_entropy", row_losses.cross_entropy_adjoint)):
+                       ("cross_entropy", row_losses.cross_entropy_adjoint),
+                       ("batchnorm", row_norms.batchnorm_adjoint)):
         m = match_tree(name, r, consts)
         if m is None or any(c.dtype != np_dtype for k, c in m.env.items()
                             if k.startswith("const:")):
@@ -188,9 +241,28 @@ def match_adjoint(op, resolve, consts, read_at, index):
         if any(v.defining_op in m.ops for v in inputs):
             continue   # an operand bound to a value made inside the group
         outputs = group_outputs(members, r, extra, read_at, index)
-        if outputs is not None:
-            return members, inputs, outputs, _wrap(run, len(outputs))
+        if outputs is None:
+            continue
+        if getattr(run, "all_outputs", False):   # buffers and results in [r, *extra] order
+            want = [r, *extra]
+            if len(outputs) != len(want):
+                continue
+            return members, inputs, outputs, _reorder(run, len(inputs),
+                                                      [want.index(o) for o in outputs])
+        return members, inputs, outputs, _wrap(run, len(outputs))
     return None
+
+
+def _reorder(run, n_in: int, pos: list):
+    """`run` (buffers and results in its own order) with buffers and results in the
+    group's output order: output j is the runner's `pos[j]`."""
+    def reordered(*args):
+        bufs = [None] * len(pos)
+        for j, p in enumerate(pos):
+            bufs[p] = args[n_in + j]
+        got = run(*args[:n_in], *bufs)
+        return None if got is None else tuple(got[p] for p in pos)
+    return reordered
 
 
 def _wrap(run, n_out):
