@@ -245,19 +245,18 @@ def match_adjoint(op, resolve, consts, read_at, index):
             continue
         if getattr(run, "all_outputs", False):   # buffers and results in [r, *extra] order
             want = [r, *extra]
-            if len(outputs) != len(want):
-                continue
-            return members, inputs, outputs, _reorder(run, len(inputs),
+            return members, inputs, outputs, _reorder(run, len(inputs), len(want),
                                                       [want.index(o) for o in outputs])
         return members, inputs, outputs, _wrap(run, len(outputs))
     return None
 
 
-def _reorder(run, n_in: int, pos: list):
-    """`run` (buffers and results in its own order) with buffers and results in the
-    group's output order: output j is the runner's `pos[j]`."""
+def _reorder(run, n_in: int, n_out: int, pos: list):
+    """`run` (`n_out` buffers and results in its own order) with buffers and results in
+    the group's output order: output j is the runner's `pos[j]` (the others' buffers
+    None, their results dropped)."""
     def reordered(*args):
-        bufs = [None] * len(pos)
+        bufs = [None] * n_out
         for j, p in enumerate(pos):
             bufs[p] = args[n_in + j]
         got = run(*args[:n_in], *bufs)

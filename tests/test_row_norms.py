@@ -121,3 +121,30 @@ def f(x: f32[B, C, H, W], g: f32[C], b: f32[C]) -> f32 {
         value, grads = vg(**args)
         got[flag] = [bits(a) for a in (value, *grads)]
     assert got["0"] == got["1"]
+
+
+def test_adjoint_without_beta_gradient(monkeypatch):
+    """Only dx and dgamma read after the adjoint (beta not differentiated): one call still
+    writes them, dbeta staying inside."""
+    src = """
+def f(x: f32[B, C, H, W], g: f32[C], b: f32[C], c: f32[B, C, H, W]) -> f32 {
+    return mean(batchnorm(x, g, b) * c)
+}
+"""
+    rng = np.random.default_rng(6)
+    args = {k: rng.standard_normal(s).astype(np.float32)
+            for k, s in (("x", (4, 3, 5, 5)), ("g", 3), ("b", 3), ("c", (4, 3, 5, 5)))}
+    monkeypatch.setattr(row_fusion, "MIN_ELEMENTS", 0)
+    got = {}
+    for flag in ("0", "1"):
+        monkeypatch.setenv("ADC_FUSE", flag)
+        vg = adc.value_and_grad(src, "f", wrt=["x", "g"], dims=dict(B=4, C=3, H=5, W=5))
+        value, grads = vg(**args)
+        got[flag] = [bits(a) for a in (value, *grads)]
+    assert got["0"] == got["1"]
+    from adc_runtime.compiled import CompiledExecutor
+    m = vg.module
+    fn = m[[n for n in m.functions if n.endswith("_grad")][0]]
+    ex = CompiledExecutor(m, np, dict(B=4, C=3, H=5, W=5))
+    ex._allocate_arena(fn)
+    assert ex.compile_function(fn).source.count(" is not None:") == 2
