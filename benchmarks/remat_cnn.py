@@ -121,10 +121,16 @@ def timed(fn, *args):
 def run_step(step: Step, module) -> tuple[int, float]:
     """The measured peak and the CPU seconds of one run (on one BLAS thread the CPU time
     is the work done; on a shared machine the wall time mostly measures the other jobs)."""
+    import gc
     from adc_runtime.executor import run_function
-    start = time.process_time()
-    _, rs = run_function(module, step.fn, step.inputs)
-    return rs["peak_bytes"], time.process_time() - start
+    gc.collect()
+    gc.disable()    # as timeit: the schedules made so far would be scanned in the run
+    try:
+        start = time.process_time()
+        _, rs = run_function(module, step.fn, step.inputs)
+        return rs["peak_bytes"], time.process_time() - start
+    finally:
+        gc.enable()
 
 
 def row(step: Step, policy, run: bool, base_time: float | None) -> dict:
@@ -295,7 +301,9 @@ def main(argv=None) -> int:
         batches.append(("vgg19", base, budget, mm, chen))
     text = table(results, batches, args.quick)
     load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    body = f"{text}\n\n(load: {load})\n"
+    command = " ".join(["python benchmarks/remat_cnn.py"] + list(argv or sys.argv[1:]))
+    body = (f"# Checkpointing imported CNNs (benchmarks/remat_cnn.py)\n\n`{command}`\n\n"
+            f"{text}\n\n(load: {load})\n")
     print(body)
     if args.out:
         Path(args.out).write_text(body)
