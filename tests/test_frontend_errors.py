@@ -134,7 +134,7 @@ CASES = [
     (ONE + "y = 1 z = 2 }", "1:30", "unexpected name 'z'; expected an operator, ';', '}' or "
                                   "a newline"),
     ("x = 3", "1:1", "unexpected name 'x'; expected ';', 'def', 'grad', 'group', 'tangent'"),
-    (ONE + "y < 2 }", "1:26", "unexpected '<'; expected ',' or '='"),
+    (ONE + "y < 2 }", "1:26", "unexpected '<'; expected ',', '.' or '='"),
     (ONE + "return }", "1:31", "unexpected '}'; expected an expression"),
     (ONE + "y = x[1:2:3:4] }", "1:35", "unexpected ':'; expected ',' or ']'"),
     (ONE + "for i in range(x+1) {} }", "1:40", "unexpected '+'; expected ')'"),

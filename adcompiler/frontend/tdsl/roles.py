@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 
 from . import ast
+from ...ops.registry import has_trait
 
 ROLES = ("gain", "bias", "weight", "embedding")
 
@@ -56,11 +57,11 @@ def check_call_roles(module) -> None:
             by_value = {a: a.name for a in fn.body.args}
             for op in fn.walk():
                 callee = module.functions.get(op.attrs.get("callee")) \
-                    if op.name == "call" else None
+                    if has_trait(op, "calls") else None
                 theirs = callee.attrs.get("roles", {}) if callee is not None else {}
                 for v, param in zip(op.operands, callee.arg_names if theirs else ()):
                     while getattr(v, "defining_op", None) is not None and \
-                            v.defining_op.name == "index":   # a layer of a stacked leaf
+                            has_trait(v.defining_op, "view"):   # a layer of a stacked leaf
                         v = v.defining_op.operands[0]
                     name = by_value.get(v)
                     if name is None or param not in theirs:
