@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy
 
 from . import row_gelu, row_losses, row_norms, row_passes
+from .row_passes import rows_of
 from .kernels import DTYPES
 from .row_patterns import match_adjoint
 
@@ -113,21 +114,13 @@ def _batchnorm_group(op, resolve):
         shape, numpy.dtype(DTYPES[r.type.dtype]), axis, float(op.attrs["eps"]), running)
 
 
-def _rows(shape):
-    n = shape[-1]
-    rows = 1
-    for d in shape[:-1]:
-        rows *= d
-    return rows, n
-
-
 def _fits(arrays) -> bool:
     return all(a.flags.c_contiguous for a in arrays)
 
 
 def softmax_runner(shape, dtype):
     """softmax along the last axis: the shift, NumPy's exp in place, the normalization."""
-    rows, n = _rows(shape)
+    rows, n = rows_of(shape)
     shifted, norm = row_losses.shifter(shape, dtype), row_passes.get("normalize_rows")
     zero, exp = dtype.type(0), numpy.exp
 
@@ -144,7 +137,7 @@ def softmax_runner(shape, dtype):
 
 def layernorm_runner(shape, dtype, eps: float):
     """layernorm along the last axis with 1-D gamma and beta, one pass per row."""
-    rows, n = _rows(shape)
+    rows, n = rows_of(shape)
     k = row_passes.get("layernorm_rows")
     zero, eps, empty = dtype.type(0), dtype.type(eps), numpy.empty
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy
 
 from . import row_passes
-from .row_passes import _row_sum
+from .row_passes import _row_sum, full, rows_of
 
 
 def normalize_rows_totals(e, totals, zero):
@@ -71,18 +71,11 @@ row_passes.register(globals(), (normalize_rows_totals, log_softmax_adjoint_rows,
                                 ce_adjoint_flat, ce_adjoint_onehot))
 
 
-def _rows(shape):
-    rows = 1
-    for d in shape[:-1]:
-        rows *= d
-    return rows, shape[-1]
-
-
 def shifter(shape, dtype):
     """``run(x, out) -> (out, out as (rows, n))`` with ``out = x - max(x, axis=-1,
     keepdims=True)`` (a new array where `out` is None), or None where a row pass declines:
     rows of no element, an operand that is not C-contiguous."""
-    rows, n = _rows(shape)
+    rows, n = rows_of(shape)
     shift, out_for = row_passes.get("shift_rows"), row_passes.out_for
 
     def run(x, out):
@@ -97,7 +90,7 @@ def shifter(shape, dtype):
 
 def log_softmax_runner(shape, dtype):
     """log-softmax along the last axis (rows of at least one element)."""
-    rows, n = _rows(shape)
+    rows, n = rows_of(shape)
     shifted, sums = shifter(shape, dtype), row_passes.get("row_sums")
     zero, exp, log, subtract, empty = dtype.type(0), numpy.exp, numpy.log, numpy.subtract, \
         numpy.empty
@@ -141,16 +134,12 @@ def cross_entropy_softmax(labels_shape: tuple, classes: int, dtype, table):
     return run
 
 
-def _full(v, shape, dtype, resolve) -> bool:
-    return v.type.dtype == dtype and tuple(resolve(v.type.shape)) == shape
-
-
 def log_softmax_adjoint(m, shape, np_dtype, dtype, resolve):
     """The runner of log-softmax's adjoint matched by `row_patterns` (``ct``, ``y``)."""
     ct, y = m.env["ct"], m.env["y"]
-    if not (_full(ct, shape, dtype, resolve) and _full(y, shape, dtype, resolve)):
+    if not (full(ct, shape, dtype, resolve) and full(y, shape, dtype, resolve)):
         return None
-    rows, n = _rows(shape)
+    rows, n = rows_of(shape)
     k, zero, exp = row_passes.get("log_softmax_adjoint_rows"), np_dtype.type(0), numpy.exp
     out_for = row_passes.out_for
 
@@ -169,11 +158,11 @@ def cross_entropy_adjoint(m, shape, np_dtype, dtype, resolve):
     cotangent with a last axis of 1), ``p`` (the softmax) and ``oh`` (the one-hot labels
     made by a ``one_hot`` op, held as flat indices or as the array)."""
     cte, p, oh = m.env["cte"], m.env["p"], m.env["oh"]
-    rows, n = _rows(shape)
+    rows, n = rows_of(shape)
     op = oh.defining_op
     cte_shape = shape[:-1] + (1,)
-    if not (_full(p, shape, dtype, resolve) and op is not None and op.name == "one_hot"
-            and _full(oh, shape, dtype, resolve) and _full(cte, cte_shape, dtype, resolve)) \
+    if not (full(p, shape, dtype, resolve) and op is not None and op.name == "one_hot"
+            and full(oh, shape, dtype, resolve) and full(cte, cte_shape, dtype, resolve)) \
             or n == 0:
         return None
     flat_k, oh_k = row_passes.get("ce_adjoint_flat"), row_passes.get("ce_adjoint_onehot")

@@ -416,6 +416,19 @@ def out_for(shape, dtype, operands, out):
 _MODULES: list = []   # (namespace, functions) of other modules' loops (`register`)
 
 
+def rows_of(shape) -> tuple[int, int]:
+    """(rows, row length) of an array of `shape` whose rows are its last axis."""
+    rows = 1
+    for d in shape[:-1]:
+        rows *= d
+    return rows, shape[-1]
+
+
+def full(v, shape, dtype, resolve) -> bool:
+    """Whether IR value `v` has `dtype` and, its dims resolved, `shape` (no broadcast)."""
+    return v.type.dtype == dtype and tuple(resolve(v.type.shape)) == shape
+
+
 def register(namespace: dict, functions, helpers=()) -> None:
     """Loops of another module (`row_losses`, `row_gelu`, `row_norms`) that call the
     helpers above or its own `helpers`: their module's `namespace` gets the compiled

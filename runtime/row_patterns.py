@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy
 
 from . import row_gelu, row_losses, row_norms, row_passes
+from .row_passes import full, rows_of
 from .kernels import DTYPES
 
 COMMUTATIVE = ("add", "mul")
@@ -178,10 +179,6 @@ def _match(pat, v, m: _Match):
     return None
 
 
-def _full(v, shape, dtype, resolve) -> bool:
-    return v.type.dtype == dtype and tuple(resolve(v.type.shape)) == shape
-
-
 # the adjoints that have one-pass row forms: name -> (root pattern, shared subtrees)
 ADJOINTS = {"softmax": (SOFTMAX, {}), "layernorm": (LAYERNORM, LAYERNORM_DEFS),
             "rmsnorm": (RMSNORM, RMSNORM_DEFS), "gelu_tanh": (GELU_TANH, GELU_TANH_DEFS),
@@ -271,18 +268,11 @@ def _wrap(run, n_out):
     return lambda *args: run(*args, None)
 
 
-def _rows(shape):
-    rows = 1
-    for d in shape[:-1]:
-        rows *= d
-    return rows, shape[-1]
-
-
 def _softmax(m, shape, np_dtype, dtype, resolve):
     y, dy = m.env["y"], m.env["dy"]
-    if not (_full(y, shape, dtype, resolve) and _full(dy, shape, dtype, resolve)):
+    if not (full(y, shape, dtype, resolve) and full(dy, shape, dtype, resolve)):
         return None
-    rows, n = _rows(shape)
+    rows, n = rows_of(shape)
     k, zero, empty = row_passes.get("softmax_adjoint_rows"), np_dtype.type(0), numpy.empty
 
     def run(dy_, y_, out, _unused):
@@ -297,9 +287,9 @@ def _softmax(m, shape, np_dtype, dtype, resolve):
 
 def _layernorm(m, shape, np_dtype, dtype, resolve):
     x, ct, gamma = m.env["x"], m.env["ct"], m.env["gamma"]
-    rows, n = _rows(shape)
-    if not (_full(x, shape, dtype, resolve) and _full(ct, shape, dtype, resolve)
-            and _full(gamma, (n,), dtype, resolve)) or n == 0:
+    rows, n = rows_of(shape)
+    if not (full(x, shape, dtype, resolve) and full(ct, shape, dtype, resolve)
+            and full(gamma, (n,), dtype, resolve)) or n == 0:
         return None
     k = row_passes.get("layernorm_adjoint_rows")
     eps, zero, one = m.env["const:eps"][()], np_dtype.type(0), np_dtype.type(1)
@@ -320,9 +310,9 @@ def _layernorm(m, shape, np_dtype, dtype, resolve):
 
 def _rmsnorm(m, shape, np_dtype, dtype, resolve):
     x, ct, gamma = m.env["x"], m.env["ct"], m.env["gamma"]
-    rows, n = _rows(shape)
-    if not (_full(x, shape, dtype, resolve) and _full(ct, shape, dtype, resolve)
-            and _full(gamma, (n,), dtype, resolve)) or n == 0:
+    rows, n = rows_of(shape)
+    if not (full(x, shape, dtype, resolve) and full(ct, shape, dtype, resolve)
+            and full(gamma, (n,), dtype, resolve)) or n == 0:
         return None
     k = row_passes.get("rmsnorm_adjoint_rows")
     thr, one, eps = (m.env["const:" + c][()] for c in ("thr", "one", "eps"))
@@ -343,7 +333,7 @@ def _rmsnorm(m, shape, np_dtype, dtype, resolve):
 
 def _gelu_tanh(m, shape, np_dtype, dtype, resolve):
     x, ct = m.env["x"], m.env["ct"]
-    if not (_full(x, shape, dtype, resolve) and _full(ct, shape, dtype, resolve)):
+    if not (full(x, shape, dtype, resolve) and full(ct, shape, dtype, resolve)):
         return None
     c = {k: m.env["const:" + k][()] for k in ("half", "one", "k", "a", "a3")}
     inner = row_passes.get("gelu_tanh_grad_inner")
